@@ -1,0 +1,104 @@
+# The front door. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+UV     := $(VENV)/bin/uv
+MEMBERS := broker consumer gazctl operator spark
+SRC_DIRS := $(foreach m,$(MEMBERS),$(m)/src)
+# Where `make up` keeps etcd data, spools and the file:// store.
+DATA   ?= .local
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+PROTOS := broker/src/gazette/broker/protocol/protocol.proto \
+          consumer/src/gazette/consumer/recoverylog/recorded_op.proto \
+          consumer/src/gazette/consumer/protocol/protocol.proto
+
+.PHONY: help
+help: ## List the targets.
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
+
+$(VENV)/.installed: constraints.txt requirements/dev.in $(foreach m,$(MEMBERS),$(m)/pyproject.toml)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --disable-pip-version-check "uv==$$(sed -n 's/^uv==//p' requirements/tools.txt)"
+	$(UV) pip install --python $(PY) -q -c constraints.txt -r requirements/dev.in
+	@touch $@
+
+.PHONY: install
+install: $(VENV)/.installed ## Create .venv and install every member (editable) with the dev tools.
+
+.PHONY: constraints
+constraints: ## Re-pin every dependency into constraints.txt (uv pip compile).
+	@test -x $(UV) || { $(PYTHON) -m venv $(VENV) && $(PY) -m pip install -q uv; }
+	$(UV) pip compile requirements/dev.in --python-version 3.11 --quiet --upgrade \
+		$(foreach m,$(MEMBERS),--no-emit-package gazette-$(m)) -o constraints.txt
+
+.PHONY: protos
+protos: $(VENV)/.installed ## Regenerate *_pb2.py, *_pb2_grpc.py and their .pyi stubs.
+	$(PY) -m grpc_tools.protoc $(foreach d,$(SRC_DIRS),-I $(d)) \
+		--python_out=broker/src --grpc_python_out=broker/src \
+		--mypy_out=broker/src --mypy_grpc_out=broker/src \
+		broker/src/gazette/broker/protocol/protocol.proto
+	$(PY) -m grpc_tools.protoc $(foreach d,$(SRC_DIRS),-I $(d)) \
+		--python_out=consumer/src --mypy_out=consumer/src \
+		consumer/src/gazette/consumer/recoverylog/recorded_op.proto
+	$(PY) -m grpc_tools.protoc $(foreach d,$(SRC_DIRS),-I $(d)) \
+		--python_out=consumer/src --grpc_python_out=consumer/src \
+		--mypy_out=consumer/src --mypy_grpc_out=consumer/src \
+		consumer/src/gazette/consumer/protocol/protocol.proto
+
+.PHONY: protos-check
+protos-check: $(VENV)/.installed ## Fail when the generated protocol code is stale.
+	@$(MAKE) -s protos >/dev/null 2>&1
+	@if ! git diff --quiet --exit-code -- '*_pb2*' || [ -n "$$(git ls-files --others --exclude-standard -- '*_pb2*')" ]; then \
+		git --no-pager diff --stat -- '*_pb2*'; echo "generated protocol code is stale: run 'make protos' and commit"; exit 1; fi
+
+.PHONY: lint
+lint: $(VENV)/.installed ## ruff (format + lint), mypy --strict on src, import-linter, fresh protos and CRDs.
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	@$(MAKE) -s protos-check
+
+.PHONY: fmt
+fmt: $(VENV)/.installed ## Format and auto-fix with ruff.
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+.PHONY: unit
+unit: $(VENV)/.installed ## Fast unit tests only.
+	$(PY) -m pytest -m "not integration and not e2e" -q
+
+.PHONY: integration
+integration: $(VENV)/.installed ## Integration tests (real etcd, S3 server, Spark).
+	$(PY) -m pytest -m "integration" -q
+
+.PHONY: test
+test: $(VENV)/.installed ## What CI runs: lint, then unit and integration tests.
+	@$(MAKE) -s lint
+	$(PY) -m pytest -q -m "not e2e"
+
+.PHONY: e2e
+e2e: $(VENV)/.installed ## End-to-end suites (kube-apiserver + kwok; kind where Docker runs).
+	$(PY) -m pytest -q -m e2e
+
+.PHONY: bench
+bench: $(VENV)/.installed ## Benchmarks (figures, not pass/fail).
+	$(PY) -m bench
+
+.PHONY: up
+up: $(VENV)/.installed ## Start a local cluster (etcd now; brokers as they land) under $(DATA)/.
+	$(PY) -m gazette.gazctl.devcluster up --data $(DATA)
+
+.PHONY: down
+down: ## Stop what `make up` started, and only that.
+	@if [ -x $(PY) ]; then $(PY) -m gazette.gazctl.devcluster down --data $(DATA); fi
+
+.PHONY: clean
+clean: ## Remove the venv, caches and local cluster data.
+	-@$(MAKE) -s down
+	rm -rf $(VENV) $(DATA) .pytest_cache .mypy_cache .ruff_cache .cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,1 @@
+"""Benchmarks: figures, never pass/fail. Run with ``make bench``."""
