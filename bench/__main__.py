@@ -16,7 +16,9 @@ import bench
 
 
 def main(argv: list[str]) -> int:
-    names = sorted(m.name for m in pkgutil.iter_modules(bench.__path__) if m.name.startswith("bench_"))
+    names = sorted(
+        m.name for m in pkgutil.iter_modules(bench.__path__) if m.name.startswith("bench_")
+    )
     if argv:
         names = [n for n in names if any(word in n for word in argv)]
     for name in names:
