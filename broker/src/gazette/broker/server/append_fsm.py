@@ -1,0 +1,584 @@
+"""The append state machine (Gazette ``broker/append_fsm.go``), restated for asyncio.
+
+An append converges towards a synchronised replication pipeline before it may
+stream content, and may back-track to re-resolve whenever the journal's
+topology moves under it::
+
+    RESOLVE -> ACQUIRE_PIPELINE -> START_PIPELINE -> SEND_PIPELINE_SYNC
+      -> RECV_PIPELINE_SYNC -> UPDATE_ASSIGNMENTS -> AWAIT_DESIRED_REPLICAS
+      -> VALIDATE_PRECONDITIONS -> (UPDATE_SUSPEND) -> STREAM_CONTENT
+      -> READ_ACKNOWLEDGEMENTS -> FINISHED
+    terminal alternatives: ERROR (a status and/or an exception), PROXY
+
+Each state has one ``_on_<state>()`` coroutine that first asserts it is in
+that state and leaves the machine in the next one; :meth:`AppendFSM.run_to`
+drives until a target state. Tests step it one transition at a time.
+
+The FSM reaches its collaborators through :class:`Deps` (resolution, etcd
+transactions, rolling and store health) and the :class:`Resolution` it gets
+back (the local replica, its spool and pipeline slots), so it is unit-tested
+with in-process fakes and served with the real broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
+
+from gazette.broker.protocol import protocol_pb2 as pb2
+from gazette.broker.server import _pbx, errors
+
+log = logging.getLogger(__name__)
+
+Status = pb2.Status
+STORE_HEALTH_CHECK_RETRIES = 5  # Awaits up to 6 health-check completions, as Gazette.
+DEFAULT_FLUSH_INTERVAL_S = 24 * 3600
+
+T = TypeVar("T")
+
+
+class State(enum.IntEnum):
+    RESOLVE = 0
+    ACQUIRE_PIPELINE = 1
+    START_PIPELINE = 2
+    SEND_PIPELINE_SYNC = 3
+    RECV_PIPELINE_SYNC = 4
+    UPDATE_ASSIGNMENTS = 5
+    AWAIT_DESIRED_REPLICAS = 6
+    VALIDATE_PRECONDITIONS = 7
+    UPDATE_SUSPEND = 8
+    STREAM_CONTENT = 9  # Semi-terminal: needs client input.
+    READ_ACKNOWLEDGEMENTS = 10
+    ERROR = 11  # Terminal.
+    PROXY = 12  # Terminal.
+    FINISHED = 13  # Terminal.
+
+
+TERMINAL = frozenset({State.ERROR, State.PROXY, State.FINISHED})
+
+
+class Spool(Protocol):
+    """What the FSM reads of a replica spool (``gazette.broker.fragment`` Spool)."""
+
+    @property
+    def fragment(self) -> pb2.Fragment: ...
+    @property
+    def registers(self) -> pb2.LabelSet: ...
+
+    def next(self) -> pb2.Fragment: ...
+
+
+class Pipeline(Protocol):
+    """Replication pipeline of a primary (see :mod:`gazette.broker.server.pipeline`)."""
+
+    header: pb2.Header
+    spool: Any
+
+    async def scatter(self, req: pb2.ReplicateRequest) -> None: ...
+    def send_err(self) -> BaseException | None: ...
+    def recv_err(self) -> BaseException | None: ...
+    async def gather_sync(self) -> tuple[int, pb2.LabelSet | None, int]: ...
+    async def gather_ok(self) -> None: ...
+    async def gather_eof(self) -> None: ...
+    def barrier(self) -> tuple[asyncio.Future[None], asyncio.Future[None]]: ...
+    async def close_send(self) -> None: ...
+    async def shutdown(self, expect_err: bool) -> None: ...
+
+
+class Index(Protocol):
+    async def wait_first_refresh(self) -> None: ...
+    def summary(self) -> tuple[int, int, int]: ...
+
+
+class Replica(Protocol):
+    index: Any
+    spool_slot: asyncio.Queue[Any]
+    pipeline_slot: asyncio.Queue[Any]
+    flow: Any
+
+
+class Resolution(Protocol):
+    status: int
+    header: pb2.Header
+    local_id: pb2.ProcessSpec.ID
+    journal_spec: pb2.JournalSpec | None
+    replica: Replica | None
+    invalidated: asyncio.Event
+    assignments_consistent: bool  # Every assignment value is equivalent to the route.
+
+
+class Deps(Protocol):
+    """Collaborators of the FSM, implemented by the broker Service."""
+
+    async def resolve(
+        self,
+        journal: str,
+        *,
+        may_proxy: bool,
+        require_primary: bool,
+        min_etcd_revision: int,
+        proxy_header: pb2.Header | None,
+    ) -> Resolution: ...
+
+    def new_pipeline(self, resolution: Resolution, spool: Any) -> Pipeline: ...
+    async def update_assignments(self, resolution: Resolution) -> int: ...
+    async def update_journal_spec(self, resolution: Resolution, spec: pb2.JournalSpec) -> int: ...
+    def maybe_roll(
+        self, spool: Any, roll_to_offset: int, spec: pb2.JournalSpec
+    ) -> pb2.Fragment: ...
+    async def await_store_health(self, resolution: Resolution) -> str | None: ...
+    def desired_replication(self, spec: pb2.JournalSpec) -> int: ...
+
+
+class AppendFSM:
+    """One execution of an append (an Append RPC, or a replica's pulse)."""
+
+    def __init__(
+        self, deps: Deps, req: pb2.AppendRequest, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.deps = deps
+        self.req = req
+        self.clock = clock
+        self.state = State.RESOLVE
+        self.resolved: Resolution | None = None
+        self.pln: Pipeline | None = None
+        self.pln_header = False
+        self.pln_owned = False  # Do we hold the replica's pipeline slot?
+        self.read_through_rev = 0
+        self.roll_to_offset = 0
+        self.registers = pb2.LabelSet()
+        self.next_suspend: pb2.JournalSpec.Suspend | None = None
+        self.client_commit = False
+        self.client_fragment: pb2.Fragment | None = None
+        self.client_summer: Any = None
+        self.err: BaseException | None = None
+
+    # -- Driving ---------------------------------------------------------------------------
+
+    def must_state(self, state: State) -> None:
+        assert self.state == state, f"expected state {state.name}, at {self.state.name}"
+
+    @property
+    def status(self) -> int:
+        return self.resolved.status if self.resolved is not None else Status.OK
+
+    async def step(self) -> None:
+        """Run exactly one transition from the current (non-terminal) state."""
+        handler: Callable[[], Awaitable[None]] = {
+            State.RESOLVE: self._on_resolve,
+            State.ACQUIRE_PIPELINE: self._on_acquire_pipeline,
+            State.START_PIPELINE: self._on_start_pipeline,
+            State.SEND_PIPELINE_SYNC: self._on_send_pipeline_sync,
+            State.RECV_PIPELINE_SYNC: self._on_recv_pipeline_sync,
+            State.UPDATE_ASSIGNMENTS: self._on_update_assignments,
+            State.AWAIT_DESIRED_REPLICAS: self._on_await_desired_replicas,
+            State.VALIDATE_PRECONDITIONS: self._on_validate_preconditions,
+            State.UPDATE_SUSPEND: self._on_update_suspend,
+            State.READ_ACKNOWLEDGEMENTS: self._on_read_acknowledgements,
+        }[self.state]
+        await handler()
+
+    async def run_to(self, target: State) -> bool:
+        """Step until ``target``; False if another terminal (or STREAM_CONTENT) comes first."""
+        while self.state != target:
+            if self.state in TERMINAL or self.state == State.STREAM_CONTENT:
+                return False
+            await self.step()
+        return True
+
+    async def release_pipeline(self) -> None:
+        """Return a held pipeline slot (always called when the FSM is done)."""
+        if self.pln_owned:
+            assert self.resolved is not None and self.resolved.replica is not None
+            self.resolved.replica.pipeline_slot.put_nowait(self.pln)
+            self.pln_owned = False
+
+    def _replica(self) -> Replica:
+        assert self.resolved is not None and self.resolved.replica is not None
+        return self.resolved.replica
+
+    def _spec(self) -> pb2.JournalSpec:
+        assert self.resolved is not None and self.resolved.journal_spec is not None
+        return self.resolved.journal_spec
+
+    def _pipeline(self) -> Pipeline:
+        assert self.pln is not None
+        return self.pln
+
+    async def _race(self, aw: Awaitable[T]) -> tuple[T | None, bool]:
+        """Await ``aw`` unless the resolution is invalidated first: (result, invalidated)."""
+        assert self.resolved is not None
+        task = asyncio.ensure_future(aw)
+        inval = asyncio.ensure_future(self.resolved.invalidated.wait())
+        try:
+            await asyncio.wait((task, inval), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            inval.cancel()
+            if not task.done():
+                task.cancel()
+        if task.done() and not task.cancelled():
+            return task.result(), False
+        return None, True
+
+    # -- States ----------------------------------------------------------------------------
+
+    async def _on_resolve(self) -> None:
+        self.must_state(State.RESOLVE)
+        try:
+            self.resolved = res = await self.deps.resolve(
+                self.req.journal,
+                may_proxy=not self.req.do_not_proxy,
+                require_primary=True,
+                min_etcd_revision=max(self.req.min_etcd_revision, self.read_through_rev),
+                proxy_header=self.req.header if self.req.HasField("header") else None,
+            )
+        except errors.BrokerServerError as e:
+            self.err = e
+            self.state = State.ERROR
+            return
+        if res.status == Status.SUSPENDED and self.req.suspend == pb2.AppendRequest.SUSPEND_RESUME:
+            spec = self._spec()
+            self.next_suspend = pb2.JournalSpec.Suspend(
+                level=pb2.JournalSpec.Suspend.NONE, offset=spec.suspend.offset
+            )
+            self.state = State.UPDATE_SUSPEND
+        elif res.status != Status.OK:
+            self.state = State.ERROR
+        elif res.header.process_id != res.local_id:
+            # A pipeline held from an earlier resolution must be released: we now proxy.
+            await self.release_pipeline()
+            self.state = State.AWAIT_DESIRED_REPLICAS
+        elif self.pln_owned:
+            self.state = State.START_PIPELINE
+        else:
+            self.state = State.ACQUIRE_PIPELINE
+
+    async def _on_acquire_pipeline(self) -> None:
+        self.must_state(State.ACQUIRE_PIPELINE)
+        replica = self._replica()
+        pln, invalidated = await self._race(replica.pipeline_slot.get())
+        if invalidated:
+            self.state = State.RESOLVE
+            return
+        self.pln, self.pln_owned = pln, True
+        self.state = State.START_PIPELINE
+
+    async def _on_start_pipeline(self) -> None:
+        self.must_state(State.START_PIPELINE)
+        assert self.resolved is not None
+        if self.pln is not None and _pbx.route_equivalent(
+            self.pln.header.route, self.resolved.header.route
+        ):
+            self.registers = _pbx.copy_labels(self.pln.spool.registers)
+            self.state = State.UPDATE_ASSIGNMENTS
+            return
+        if self.pln is not None:
+            old, self.pln = self.pln, None
+            await old.shutdown(False)
+
+        spool, invalidated = await self._race(self._replica().spool_slot.get())
+        if invalidated:
+            self.state = State.RESOLVE
+            return
+        assert spool is not None
+        self.registers = _pbx.copy_labels(spool.registers)
+        self.pln = self.deps.new_pipeline(self.resolved, spool)
+        self.pln_header = True
+        self.state = State.SEND_PIPELINE_SYNC
+
+    async def _on_send_pipeline_sync(self) -> None:
+        self.must_state(State.SEND_PIPELINE_SYNC)
+        pln = self._pipeline()
+        proposal = self.deps.maybe_roll(pln.spool, self.roll_to_offset, self._spec())
+        req = pb2.ReplicateRequest(proposal=proposal, registers=self.registers, acknowledge=True)
+        if self.pln_header:
+            req.header.CopyFrom(pln.header)
+            req.deprecated_journal = pln.spool.fragment.journal
+            self.pln_header = False
+        await pln.scatter(req)
+        self.state = State.RECV_PIPELINE_SYNC
+
+    async def _on_recv_pipeline_sync(self) -> None:
+        self.must_state(State.RECV_PIPELINE_SYNC)
+        pln = self._pipeline()
+        self.roll_to_offset, roll_registers, self.read_through_rev = await pln.gather_sync()
+        self.err = pln.recv_err() or pln.send_err()
+        if self.err is not None:
+            self.pln = None
+            await pln.shutdown(True)
+            self.err = errors.PipelineError(f"gatherSync: {self.err}")
+            self.state = State.ERROR
+        elif self.roll_to_offset != 0:
+            # A peer is further along (or at an equal offset with another fragment):
+            # propose that everyone rolls forward to it, taking its registers.
+            if roll_registers is not None:
+                self.registers = _pbx.copy_labels(roll_registers)
+            self.state = State.SEND_PIPELINE_SYNC
+        elif self.read_through_rev != 0:
+            # A peer has a newer, different route: re-resolve at its revision.
+            self.pln = None
+            await pln.shutdown(False)
+            self.state = State.RESOLVE
+        else:
+            self.state = State.UPDATE_ASSIGNMENTS
+
+    async def _on_update_assignments(self) -> None:
+        self.must_state(State.UPDATE_ASSIGNMENTS)
+        assert self.resolved is not None
+        if self.resolved.assignments_consistent:
+            self.state = State.AWAIT_DESIRED_REPLICAS
+            return
+        try:
+            self.read_through_rev = await self.deps.update_assignments(self.resolved)
+        except errors.BrokerServerError as e:
+            self.err = e
+            self.state = State.ERROR
+            return
+        self.state = State.RESOLVE
+
+    async def _on_await_desired_replicas(self) -> None:
+        self.must_state(State.AWAIT_DESIRED_REPLICAS)
+        assert self.resolved is not None
+        n = len(self.resolved.header.route.members)
+        d = self.deps.desired_replication(self._spec())
+        if n > d:
+            # The allocator over-subscribed the journal ahead of removing a member:
+            # wait for that removal rather than replicate to (or proxy through) it.
+            self.read_through_rev = self.resolved.header.etcd.revision + 1
+            self.state = State.RESOLVE
+        elif n < d:
+            self.resolved.status = Status.INSUFFICIENT_JOURNAL_BROKERS
+            self.state = State.ERROR
+        elif self.resolved.header.process_id != self.resolved.local_id:
+            self.state = State.PROXY
+        else:
+            self.state = State.VALIDATE_PRECONDITIONS
+
+    async def _on_validate_preconditions(self) -> None:
+        self.must_state(State.VALIDATE_PRECONDITIONS)
+        res, spec, pln = self.resolved, self._spec(), self._pipeline()
+        assert res is not None
+        replica = self._replica()
+
+        _, invalidated = await self._race(replica.index.wait_first_refresh())
+        if invalidated:
+            self.state = State.RESOLVE
+            return
+        if spec.fragment.stores:
+            health_err, invalidated = await self._race(self.deps.await_store_health(res))
+            if invalidated:
+                self.state = State.RESOLVE
+                return
+            if health_err:
+                res.status = Status.FRAGMENT_STORE_UNHEALTHY
+                self.err = errors.BrokerServerError(health_err)
+                self.state = State.ERROR
+                return
+
+        index_min, index_max, index_mod_time = replica.index.summary()
+        suspend = spec.suspend
+        flush_s = spec.fragment.flush_interval.seconds or DEFAULT_FLUSH_INTERVAL_S
+        index_dirty = index_mod_time == 0 or index_mod_time > int(self.clock()) - flush_s
+        spool_end = pln.spool.fragment.end
+        max_offset = max(spool_end, index_max)
+
+        if (
+            self.req.HasField("check_registers")
+            and len(self.registers.labels) != 0
+            and not _pbx.selector_matches(self.req.check_registers, self.registers)
+        ):
+            res.status = Status.REGISTER_MISMATCH
+            self.state = State.ERROR
+            return
+        if spool_end < suspend.offset:
+            self.roll_to_offset = suspend.offset
+            self.state = State.SEND_PIPELINE_SYNC
+            return
+        if spool_end != max_offset and self.req.offset == 0 and _pbx.may_write(spec):
+            res.status = Status.INDEX_HAS_GREATER_OFFSET
+            self.state = State.ERROR
+            return
+        if self.req.offset != 0 and self.req.offset != max_offset:
+            res.status = Status.WRONG_APPEND_OFFSET
+            self.state = State.ERROR
+            return
+        if self.req.offset != 0 and spool_end != max_offset:
+            self.roll_to_offset = max_offset
+            self.state = State.SEND_PIPELINE_SYNC
+            return
+
+        level, S = suspend.level, pb2.JournalSpec.Suspend
+        mode, A = self.req.suspend, pb2.AppendRequest
+        if mode == A.SUSPEND_RESUME:
+            if level != S.NONE:
+                self.next_suspend = S(level=S.NONE, offset=spool_end)
+                self.state = State.UPDATE_SUSPEND
+                return
+        elif mode == A.SUSPEND_NO_RESUME:
+            if level != S.NONE:
+                res.status = Status.SUSPENDED
+                self.state = State.ERROR
+                return
+        elif mode in (A.SUSPEND_IF_FLUSHED, A.SUSPEND_NOW):
+            if level != S.FULL and index_min == index_max:
+                self.next_suspend = S(level=S.FULL, offset=spool_end)
+                self.state = State.UPDATE_SUSPEND
+                return
+            if level == S.NONE and (not index_dirty or mode == A.SUSPEND_NOW):
+                self.next_suspend = S(level=S.PARTIAL, offset=spool_end)
+                # Replication drops to one, yet we likely stay primary: roll the
+                # dirty spool now so it's persisted rather than held.
+                self.roll_to_offset = spool_end
+                self.state = State.UPDATE_SUSPEND
+                return
+            if level == S.PARTIAL:
+                res.status = Status.SUSPENDED
+        # SUSPEND_KEEP: proceed and leave suspension as it is.
+
+        if pln.spool.fragment.begin == index_min:
+            # The spool holds the journal's first known write: roll it soon, so
+            # that the stores show a "dirty" index to recovering brokers.
+            self.roll_to_offset = spool_end
+        self.state = State.STREAM_CONTENT
+
+    async def _on_update_suspend(self) -> None:
+        self.must_state(State.UPDATE_SUSPEND)
+        assert self.resolved is not None and self.next_suspend is not None
+        update = pb2.JournalSpec()
+        update.CopyFrom(self._spec())
+        update.suspend.CopyFrom(self.next_suspend)
+        try:
+            self.read_through_rev = await self.deps.update_journal_spec(self.resolved, update)
+        except errors.BrokerServerError as e:
+            self.err = e
+            self.state = State.ERROR
+            return
+        log.info(
+            "updated journal suspension",
+            extra={
+                "journal": update.name,
+                "revision": self.read_through_rev,
+                "suspend": str(update.suspend),
+            },
+        )
+        self.state = State.RESOLVE
+
+    async def on_stream_content(
+        self, req: pb2.AppendRequest | None, err: BaseException | None
+    ) -> None:
+        """Consume one client message; ``req=None, err=None`` is the client's EOF."""
+        self.must_state(State.STREAM_CONTENT)
+        res, pln, spec = self.resolved, self._pipeline(), self._spec()
+        assert res is not None
+        eof = req is None and err is None
+
+        if self.client_fragment is None:
+            # First call: maybe roll ahead of this append. The pipeline is synchronised,
+            # so peers will agree and no acknowledgement is asked for.
+            proposal = self.deps.maybe_roll(pln.spool, self.roll_to_offset, spec)
+            if proposal != pln.spool.fragment:
+                await pln.scatter(
+                    pb2.ReplicateRequest(
+                        proposal=proposal, registers=self.registers, acknowledge=False
+                    )
+                )
+            frag = pln.spool.fragment
+            self.client_fragment = pb2.Fragment(
+                journal=frag.journal,
+                begin=frag.end,
+                end=frag.end,
+                compression_codec=frag.compression_codec,
+            )
+            self.client_summer = hashlib.sha1()
+
+        if req is not None and err is None and req.journal:
+            err = errors.ExpectedContentChunk()
+
+        A = pb2.AppendRequest
+        if eof and not self.client_commit:
+            eof, err = False, errors.UnexpectedEOF()
+        elif req is not None and err is None and self.client_commit:
+            err = errors.ExpectedEOF()
+        elif req is not None and err is None and len(req.content) == 0:
+            self.client_commit = True  # EOF must follow, then we commit.
+            return
+        elif (req is not None and err is None and not _pbx.may_write(spec)) or (
+            req is not None
+            and err is None
+            and self.req.suspend in (A.SUSPEND_IF_FLUSHED, A.SUSPEND_NOW, A.SUSPEND_KEEP)
+        ):
+            res.status = Status.NOT_ALLOWED
+        elif req is not None and err is None:
+            frag = self.client_fragment
+            await pln.scatter(
+                pb2.ReplicateRequest(content=req.content, content_delta=frag.end - frag.begin)
+            )
+            self.client_summer.update(req.content)
+            frag.end += len(req.content)
+            if pln.send_err() is None:
+                return
+
+        # Errored, or at the end of input.
+        frag = self.client_fragment
+        frag.sum.CopyFrom(_pbx.sha1_sum(self.client_summer.digest()))
+        if (
+            eof
+            and frag.end == frag.begin
+            and (self.req.HasField("union_registers") or self.req.HasField("subtract_registers"))
+        ):
+            eof, err = False, errors.RegisterUpdateWithEmptyAppend()
+
+        if eof and pln.send_err() is None and res.status == Status.OK:
+            assert self.client_commit
+            proposal = pln.spool.next()
+            if self.req.HasField("subtract_registers"):
+                self.registers = _pbx.subtract_labels(self.registers, self.req.subtract_registers)
+            if self.req.HasField("union_registers"):
+                self.registers = _pbx.union_labels(self.req.union_registers, self.registers)
+        else:
+            # Client or peer failure: the pipeline is sound, but partial content rolls back.
+            proposal = pb2.Fragment()
+            proposal.CopyFrom(pln.spool.fragment)
+            if err is not None:
+                self.err = errors.StreamError(f"append stream: {err}")
+        await pln.scatter(
+            pb2.ReplicateRequest(proposal=proposal, registers=self.registers, acknowledge=True)
+        )
+        self.state = State.READ_ACKNOWLEDGEMENTS
+
+    async def _on_read_acknowledgements(self) -> None:
+        self.must_state(State.READ_ACKNOWLEDGEMENTS)
+        pln, res = self._pipeline(), self.resolved
+        assert res is not None
+        send_err = pln.send_err()
+        wait_for, close_after = pln.barrier()
+        if send_err is None:
+            await self.release_pipeline()  # The next append may start sending now.
+        else:
+            await pln.close_send()
+            self.pln = None
+            await self.release_pipeline()  # Returns None: a new pipeline will be built.
+        try:
+            await wait_for  # Our turn to read ordered acknowledgements.
+            await pln.gather_ok()
+            if send_err is not None:
+                await pln.gather_eof()
+        finally:
+            if not close_after.done():
+                close_after.set_result(None)
+
+        if self.err is not None or res.status != Status.OK:
+            self.state = State.ERROR
+        elif (recv_err := pln.recv_err()) is not None:
+            self.err = errors.PipelineError(str(recv_err))
+            self.state = State.ERROR
+        elif send_err is not None:
+            self.err = errors.PipelineError(str(send_err))
+            self.state = State.ERROR
+        else:
+            self.state = State.FINISHED

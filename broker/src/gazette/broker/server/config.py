@@ -1,0 +1,363 @@
+"""Broker configuration: flags and environment variables of Gazette's ``gazette serve``.
+
+Every flag has an environment variable (Gazette's names); a flag given on the
+command line wins over the variable, which wins over the default. The parsed
+result is a tree of frozen dataclasses, one per subsystem::
+
+    cfg = config.parse(["--broker.zone", "us-east-1a", "--etcd.address", "http://127.0.0.1:2379"])
+    cfg.broker.zone, cfg.etcd.prefix
+
+Differences to Gazette: gRPC and HTTP/1 can't share a port with grpcio, so the
+diagnostics (``/debug/ready``, ``/debug/metrics``) are served on
+``--broker.http-port`` (``--debug.port`` is accepted as its Gazette alias).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import random
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+_ADJECTIVES = (
+    "amber",
+    "brisk",
+    "calm",
+    "dusty",
+    "eager",
+    "fuzzy",
+    "gentle",
+    "hazy",
+    "icy",
+    "jolly",
+    "keen",
+    "lucid",
+    "mellow",
+    "nimble",
+    "odd",
+    "plucky",
+    "quiet",
+    "rapid",
+)
+_NOUNS = (
+    "otter",
+    "falcon",
+    "badger",
+    "heron",
+    "lynx",
+    "marmot",
+    "newt",
+    "osprey",
+    "panda",
+    "quail",
+    "raven",
+    "stoat",
+    "tapir",
+    "urchin",
+    "vole",
+    "walrus",
+    "yak",
+    "zebra",
+)
+
+
+def petname(rng: random.Random | None = None) -> str:
+    """A random two-word broker suffix, as Gazette's default ``--broker.id``."""
+    rng = rng or random.Random()
+    return f"{rng.choice(_ADJECTIVES)}-{rng.choice(_NOUNS)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerConfig:
+    zone: str = "local"
+    id: str = ""  # Empty: a random petname is chosen at start.
+    host: str = ""  # Empty: the OS hostname.
+    port: int = 0  # 0: a free port.
+    http_port: int = 0  # Diagnostics port; 0: a free port; -1: disabled.
+    limit: int = 1024
+    file_root: str = ""
+    file_only: bool = False
+    spool_dir: str = ""  # Empty: the system temporary directory.
+    max_append_rate: int = 0
+    min_append_rate: int = 1 << 16
+    max_replication: int = 9
+    max_grpc_recv_size: int = 4 << 20
+    watch_delay_s: float = 0.030
+    auto_suspend: bool = False
+
+    @property
+    def endpoint(self) -> str:
+        """The advertised gRPC endpoint (requires a resolved, non-zero port)."""
+        return f"http://{self.host or socket.gethostname()}:{self.port}"
+
+
+@dataclasses.dataclass(frozen=True)
+class EtcdConfig:
+    address: str = "http://localhost:2379"
+    prefix: str = "/gazette/cluster"
+    lease_s: float = 20.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LogConfig:
+    level: str = "warn"
+    format: str = "text"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    broker: BrokerConfig = BrokerConfig()
+    etcd: EtcdConfig = EtcdConfig()
+    log: LogConfig = LogConfig()
+
+
+def _duration_s(text: str) -> float:
+    """Parse a Go-style duration (``20s``, ``30ms``, ``1m30s``) or bare seconds."""
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+    total, num = 0.0, ""
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c.isdigit() or c == ".":
+            num += c
+            i += 1
+            continue
+        unit = next(
+            (u for u in ("ns", "us", "µs", "ms", "s", "m", "h") if text.startswith(u, i)), None
+        )
+        if unit is None or not num:
+            raise argparse.ArgumentTypeError(f"invalid duration {text!r}")
+        total += float(num) * units[unit]
+        num = ""
+        i += len(unit)
+    if num:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (missing unit)")
+    return total
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("1", "t", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "f", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean {text!r}")
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not -1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}")
+    return value
+
+
+# (flag, env, dest, type, default, help)
+_FLAGS: tuple[tuple[str, str, str, Callable[[str], Any], object, str], ...] = (
+    (
+        "--broker.zone",
+        "BROKER_ZONE",
+        "broker.zone",
+        str,
+        "local",
+        "Availability zone of this broker",
+    ),
+    (
+        "--broker.id",
+        "BROKER_ID",
+        "broker.id",
+        str,
+        "",
+        "Unique suffix of this broker within its zone (default: a random petname)",
+    ),
+    (
+        "--broker.host",
+        "BROKER_HOST",
+        "broker.host",
+        str,
+        "",
+        "Host advertised in this broker's endpoint (default: the OS hostname)",
+    ),
+    ("--broker.port", "BROKER_PORT", "broker.port", _port, 0, "gRPC port (0: any free port)"),
+    (
+        "--broker.http-port",
+        "BROKER_HTTP_PORT",
+        "broker.http_port",
+        _port,
+        0,
+        "Port of /debug/ready and /debug/metrics (0: any free port, -1: off). Alias: --debug.port",
+    ),
+    (
+        "--broker.limit",
+        "BROKER_LIMIT",
+        "broker.limit",
+        int,
+        1024,
+        "Maximum number of journals this broker is assigned",
+    ),
+    (
+        "--broker.file-root",
+        "BROKER_FILE_ROOT",
+        "broker.file_root",
+        str,
+        "",
+        "Local directory under which file:// stores live",
+    ),
+    (
+        "--broker.file-only",
+        "BROKER_FILE_ONLY",
+        "broker.file_only",
+        _bool,
+        False,
+        "Serve every store URL from --broker.file-root",
+    ),
+    (
+        "--broker.spool-dir",
+        "BROKER_SPOOL_DIR",
+        "broker.spool_dir",
+        str,
+        "",
+        "Directory of spool files (default: the system temporary directory)",
+    ),
+    (
+        "--broker.max-append-rate",
+        "BROKER_MAX_APPEND_RATE",
+        "broker.max_append_rate",
+        int,
+        0,
+        "Cap on a journal's append rate, bytes/s (0: none)",
+    ),
+    (
+        "--broker.min-append-rate",
+        "BROKER_MIN_APPEND_RATE",
+        "broker.min_append_rate",
+        int,
+        1 << 16,
+        "Appends slower than this many bytes/s are aborted",
+    ),
+    (
+        "--broker.max-replication",
+        "BROKER_MAX_REPLICATION",
+        "broker.max_replication",
+        int,
+        9,
+        "Cap on the effective replication of every journal",
+    ),
+    (
+        "--broker.max-grpc-recv-size",
+        "BROKER_MAX_GRPC_RECV_SIZE",
+        "broker.max_grpc_recv_size",
+        int,
+        4 << 20,
+        "Largest inbound gRPC message, bytes",
+    ),
+    (
+        "--broker.watch-delay",
+        "BROKER_WATCH_DELAY",
+        "broker.watch_delay_s",
+        _duration_s,
+        0.030,
+        "Delay that batches etcd watch events (Go duration)",
+    ),
+    (
+        "--broker.auto-suspend",
+        "BROKER_AUTO_SUSPEND",
+        "broker.auto_suspend",
+        _bool,
+        False,
+        "Suspend journals idle for 15 pulses",
+    ),
+    (
+        "--etcd.address",
+        "ETCD_ADDRESS",
+        "etcd.address",
+        str,
+        "http://localhost:2379",
+        "etcd endpoint",
+    ),
+    (
+        "--etcd.prefix",
+        "ETCD_PREFIX",
+        "etcd.prefix",
+        str,
+        "/gazette/cluster",
+        "Root of the keyspace in etcd",
+    ),
+    (
+        "--etcd.lease",
+        "ETCD_LEASE_TTL",
+        "etcd.lease_s",
+        _duration_s,
+        20.0,
+        "TTL of this broker's etcd lease (Go duration)",
+    ),
+    (
+        "--log.level",
+        "LOG_LEVEL",
+        "log.level",
+        str,
+        "warn",
+        "trace, debug, info, warn, error or fatal",
+    ),
+    ("--log.format", "LOG_FORMAT", "log.format", str, "text", "text or json"),
+)
+
+
+def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    env = os.environ if env is None else env
+    parser = argparse.ArgumentParser(
+        prog="python -m gazette.broker",
+        description=(
+            "Serve a Gazette broker: the protocol.Journal gRPC service on --broker.port, "
+            "announced in etcd under --etcd.prefix, with /debug/ready and /debug/metrics "
+            "on --broker.http-port. Every flag may also be given by the environment "
+            "variable shown."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for flag, var, dest, typ, default, text in _FLAGS:
+        section = dest.split(".")[0]
+        group = groups.setdefault(section, parser.add_argument_group(section))
+        names = [flag]
+        if flag == "--broker.http-port":
+            names.append("--debug.port")
+        value = default
+        if var in env:
+            value = typ(env[var])
+        group.add_argument(
+            *names,
+            dest=dest,
+            type=typ,
+            default=value,
+            metavar=var,
+            help=f"{text} [${var}]",
+        )
+    return parser
+
+
+def parse(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Parse flags (falling back to ``env``, then defaults) into a :class:`Config`."""
+    ns = vars(build_parser(env).parse_args(argv))
+    sections: dict[str, dict[str, object]] = {"broker": {}, "etcd": {}, "log": {}}
+    for dest, value in ns.items():
+        section, name = dest.split(".", 1)
+        sections[section][name] = value
+    cfg = Config(
+        broker=BrokerConfig(**sections["broker"]),  # type: ignore[arg-type]
+        etcd=EtcdConfig(**sections["etcd"]),  # type: ignore[arg-type]
+        log=LogConfig(**sections["log"]),  # type: ignore[arg-type]
+    )
+    if not cfg.broker.id:
+        cfg = dataclasses.replace(cfg, broker=dataclasses.replace(cfg.broker, id=petname()))
+    if cfg.etcd.prefix.endswith("/") or not cfg.etcd.prefix.startswith("/"):
+        raise SystemExit(
+            f"--etcd.prefix must be an absolute path without trailing '/': {cfg.etcd.prefix!r}"
+        )
+    return cfg

@@ -1,0 +1,465 @@
+"""The append FSM, driven one transition at a time against in-process fakes."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+from typing import Any
+
+import pytest
+
+from gazette.broker.protocol import protocol_pb2 as pb2
+from gazette.broker.server import _pbx, errors
+from gazette.broker.server.append_fsm import AppendFSM, State
+
+LOCAL = pb2.ProcessSpec.ID(zone="a", suffix="local")
+PEER = pb2.ProcessSpec.ID(zone="b", suffix="peer")
+OK = pb2.Status.OK
+
+
+class FakeSpool:
+    def __init__(self, journal: str = "a/journal") -> None:
+        self.fragment = pb2.Fragment(journal=journal, compression_codec=pb2.NONE)
+        self.registers = pb2.LabelSet()
+        self.delta = b""
+
+    def next(self) -> pb2.Fragment:
+        f = pb2.Fragment()
+        f.CopyFrom(self.fragment)
+        f.end += len(self.delta)
+        return f
+
+
+class FakePipeline:
+    def __init__(self, header: pb2.Header, spool: FakeSpool) -> None:
+        self.header, self.spool = header, spool
+        self.sent: list[pb2.ReplicateRequest] = []
+        self.sync_result: tuple[int, Any, int] = (0, None, 0)
+        self._send_err: BaseException | None = None
+        self._recv_err: BaseException | None = None
+        self._barrier: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._barrier.set_result(None)
+        self.shut = False
+
+    async def scatter(self, req: pb2.ReplicateRequest) -> None:
+        self.sent.append(req)
+        if req.content:
+            self.spool.delta += req.content
+        elif req.HasField("proposal"):
+            if req.proposal.end > self.spool.fragment.end + len(self.spool.delta):
+                self.spool.fragment = req.proposal
+            elif req.proposal == self.spool.next() and self.spool.delta:
+                self.spool.fragment = req.proposal
+                self.spool.registers = req.registers
+            self.spool.delta = b""
+
+    def send_err(self):
+        return self._send_err
+
+    def recv_err(self):
+        return self._recv_err
+
+    async def gather_sync(self):
+        return self.sync_result
+
+    async def gather_ok(self) -> None:
+        pass
+
+    async def gather_eof(self) -> None:
+        pass
+
+    def barrier(self):
+        wait_for = self._barrier
+        self._barrier = asyncio.get_running_loop().create_future()
+        return wait_for, self._barrier
+
+    async def close_send(self) -> None:
+        pass
+
+    async def shutdown(self, expect_err: bool) -> None:
+        self.shut = True
+
+
+class FakeIndex:
+    def __init__(self) -> None:
+        self.summary_value = (0, 0, 0)
+
+    async def wait_first_refresh(self) -> None:
+        pass
+
+    def summary(self):
+        return self.summary_value
+
+
+@dataclasses.dataclass
+class FakeReplica:
+    index: FakeIndex = dataclasses.field(default_factory=FakeIndex)
+    spool_slot: asyncio.Queue[Any] = dataclasses.field(default_factory=lambda: asyncio.Queue(1))
+    pipeline_slot: asyncio.Queue[Any] = dataclasses.field(default_factory=lambda: asyncio.Queue(1))
+    flow: Any = None
+
+
+@dataclasses.dataclass
+class FakeResolution:
+    status: int
+    header: pb2.Header
+    local_id: pb2.ProcessSpec.ID
+    journal_spec: pb2.JournalSpec | None
+    replica: FakeReplica | None
+    invalidated: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    assignments_consistent: bool = True
+
+
+class FakeDeps:
+    def __init__(self, *, primary: pb2.ProcessSpec.ID = LOCAL, replication: int = 2) -> None:
+        self.spec = pb2.JournalSpec(name="a/journal", replication=replication)
+        self.spec.fragment.length = 1 << 20
+        self.spec.fragment.compression_codec = pb2.NONE
+        self.replica = FakeReplica()
+        self.spool = FakeSpool()
+        self.replica.spool_slot.put_nowait(self.spool)
+        self.replica.pipeline_slot.put_nowait(None)
+        self.primary = primary
+        self.status = OK
+        self.consistent = True
+        self.resolves: list[dict[str, Any]] = []
+        self.assignment_updates = 0
+        self.spec_updates: list[pb2.JournalSpec] = []
+        self.health_err: str | None = None
+
+    async def resolve(self, journal, **kw):
+        self.resolves.append(kw)
+        hdr = pb2.Header(process_id=self.primary)
+        hdr.route.members.extend(sorted([LOCAL, PEER], key=lambda i: (i.zone, i.suffix)))
+        hdr.route.primary = list(hdr.route.members).index(self.primary)
+        hdr.etcd.revision = 10
+        return FakeResolution(
+            self.status, hdr, LOCAL, self.spec, self.replica, assignments_consistent=self.consistent
+        )
+
+    def new_pipeline(self, res, spool):
+        self.pln = FakePipeline(res.header, spool)
+        return self.pln
+
+    async def update_assignments(self, res):
+        self.assignment_updates += 1
+        return 11
+
+    async def update_journal_spec(self, res, spec):
+        self.spec_updates.append(spec)
+        self.spec = spec
+        return 12
+
+    def maybe_roll(self, spool, roll_to, spec):
+        if spool.fragment.end == spool.fragment.begin or (
+            roll_to and roll_to != spool.fragment.begin
+        ):
+            f = pb2.Fragment()
+            f.CopyFrom(spool.fragment)
+            f.end = max(f.end, roll_to)
+            f.begin = f.end
+            f.compression_codec = spec.fragment.compression_codec
+            return f
+        return spool.fragment
+
+    async def await_store_health(self, res):
+        return self.health_err
+
+    def desired_replication(self, spec):
+        return spec.replication
+
+
+def fsm_for(deps: FakeDeps, **req: Any) -> AppendFSM:
+    return AppendFSM(deps, pb2.AppendRequest(journal="a/journal", **req), clock=lambda: 1e9)
+
+
+async def step_expect(fsm: AppendFSM, *states: State) -> None:
+    for s in states:
+        await fsm.step()
+        assert fsm.state == s, (fsm.state, s)
+
+
+async def to_stream_content(fsm: AppendFSM) -> None:
+    await step_expect(
+        fsm,
+        State.ACQUIRE_PIPELINE,
+        State.START_PIPELINE,
+        State.SEND_PIPELINE_SYNC,
+        State.RECV_PIPELINE_SYNC,
+        State.UPDATE_ASSIGNMENTS,
+        State.AWAIT_DESIRED_REPLICAS,
+        State.VALIDATE_PRECONDITIONS,
+        State.STREAM_CONTENT,
+    )
+
+
+async def test_resolve_to_acquire_to_start_to_sync() -> None:
+    deps = FakeDeps()
+    fsm = fsm_for(deps)
+    await step_expect(fsm, State.ACQUIRE_PIPELINE, State.START_PIPELINE, State.SEND_PIPELINE_SYNC)
+    assert fsm.pln_owned and fsm.pln_header
+    assert deps.replica.spool_slot.empty()  # The pipeline owns the spool now.
+    await fsm.step()
+    assert fsm.state == State.RECV_PIPELINE_SYNC
+    sync = deps.pln.sent[0]
+    assert sync.acknowledge and sync.HasField("header") and sync.deprecated_journal == "a/journal"
+    await step_expect(
+        fsm, State.UPDATE_ASSIGNMENTS, State.AWAIT_DESIRED_REPLICAS, State.VALIDATE_PRECONDITIONS
+    )
+
+
+async def test_resolve_non_ok_is_error() -> None:
+    deps = FakeDeps()
+    deps.status = pb2.Status.JOURNAL_NOT_FOUND
+    fsm = fsm_for(deps)
+    await step_expect(fsm, State.ERROR)
+    assert fsm.status == pb2.Status.JOURNAL_NOT_FOUND
+
+
+async def test_non_primary_proxies() -> None:
+    deps = FakeDeps(primary=PEER)
+    fsm = fsm_for(deps)
+    await step_expect(fsm, State.AWAIT_DESIRED_REPLICAS, State.PROXY)
+
+
+async def test_suspended_with_resume_updates_suspension() -> None:
+    deps = FakeDeps()
+    deps.status = pb2.Status.SUSPENDED
+    deps.spec.suspend.level = pb2.JournalSpec.Suspend.FULL
+    deps.spec.suspend.offset = 123
+    fsm = fsm_for(deps)
+    await step_expect(fsm, State.UPDATE_SUSPEND, State.RESOLVE)
+    assert deps.spec_updates[0].suspend.level == pb2.JournalSpec.Suspend.NONE
+    assert deps.spec_updates[0].suspend.offset == 123
+    assert fsm.read_through_rev == 12
+
+
+async def test_acquire_is_abandoned_on_invalidation() -> None:
+    deps = FakeDeps()
+    deps.replica.pipeline_slot.get_nowait()  # Another append holds it.
+    fsm = fsm_for(deps)
+    await step_expect(fsm, State.ACQUIRE_PIPELINE)
+    assert fsm.resolved is not None
+    fsm.resolved.invalidated.set()
+    await step_expect(fsm, State.RESOLVE)
+    assert not fsm.pln_owned
+
+
+async def test_recv_sync_rolls_forward_to_peer_offset() -> None:
+    deps = FakeDeps()
+    fsm = fsm_for(deps)
+    await step_expect(
+        fsm,
+        State.ACQUIRE_PIPELINE,
+        State.START_PIPELINE,
+        State.SEND_PIPELINE_SYNC,
+        State.RECV_PIPELINE_SYNC,
+    )
+    regs = pb2.LabelSet(labels=[pb2.Label(name="peer", value="wins")])
+    deps.pln.sync_result = (500, regs, 0)
+    await step_expect(fsm, State.SEND_PIPELINE_SYNC)
+    assert fsm.roll_to_offset == 500 and fsm.registers == regs
+    await step_expect(fsm, State.RECV_PIPELINE_SYNC)
+    assert deps.pln.sent[-1].proposal.begin == 500 and deps.pln.sent[-1].proposal.end == 500
+
+
+async def test_recv_sync_wrong_route_re_resolves() -> None:
+    deps = FakeDeps()
+    fsm = fsm_for(deps)
+    await step_expect(
+        fsm,
+        State.ACQUIRE_PIPELINE,
+        State.START_PIPELINE,
+        State.SEND_PIPELINE_SYNC,
+        State.RECV_PIPELINE_SYNC,
+    )
+    deps.pln.sync_result = (0, None, 99)
+    pln = deps.pln
+    await step_expect(fsm, State.RESOLVE)
+    assert pln.shut and fsm.pln is None
+    await fsm.step()
+    assert deps.resolves[-1]["min_etcd_revision"] == 99
+
+
+async def test_update_assignments_when_inconsistent() -> None:
+    deps = FakeDeps()
+    deps.consistent = False
+    fsm = fsm_for(deps)
+    await step_expect(
+        fsm,
+        State.ACQUIRE_PIPELINE,
+        State.START_PIPELINE,
+        State.SEND_PIPELINE_SYNC,
+        State.RECV_PIPELINE_SYNC,
+        State.UPDATE_ASSIGNMENTS,
+        State.RESOLVE,
+    )
+    assert deps.assignment_updates == 1 and fsm.read_through_rev == 11
+    deps.consistent = True
+    # The pipeline is held and its route unchanged: it is reused without a new sync.
+    await step_expect(fsm, State.START_PIPELINE, State.UPDATE_ASSIGNMENTS)
+
+
+@pytest.mark.parametrize(
+    ("replication", "expect"),
+    [(1, State.RESOLVE), (3, State.ERROR), (2, State.VALIDATE_PRECONDITIONS)],
+)
+async def test_await_desired_replicas(replication: int, expect: State) -> None:
+    deps = FakeDeps(replication=replication)
+    fsm = fsm_for(deps)
+    await step_expect(
+        fsm,
+        State.ACQUIRE_PIPELINE,
+        State.START_PIPELINE,
+        State.SEND_PIPELINE_SYNC,
+        State.RECV_PIPELINE_SYNC,
+        State.UPDATE_ASSIGNMENTS,
+        State.AWAIT_DESIRED_REPLICAS,
+        expect,
+    )
+    if expect == State.RESOLVE:
+        assert fsm.read_through_rev == 11  # Revision + 1: wait for the allocator.
+    if expect == State.ERROR:
+        assert fsm.status == pb2.Status.INSUFFICIENT_JOURNAL_BROKERS
+
+
+async def _at_preconditions(deps: FakeDeps, **req: Any) -> AppendFSM:
+    fsm = fsm_for(deps, **req)
+    await step_expect(
+        fsm,
+        State.ACQUIRE_PIPELINE,
+        State.START_PIPELINE,
+        State.SEND_PIPELINE_SYNC,
+        State.RECV_PIPELINE_SYNC,
+        State.UPDATE_ASSIGNMENTS,
+        State.AWAIT_DESIRED_REPLICAS,
+        State.VALIDATE_PRECONDITIONS,
+    )
+    return fsm
+
+
+async def test_register_mismatch() -> None:
+    deps = FakeDeps()
+    deps.spool.registers = pb2.LabelSet(labels=[pb2.Label(name="k", value="v")])
+    sel = pb2.LabelSelector(include=pb2.LabelSet(labels=[pb2.Label(name="k", value="other")]))
+    fsm = await _at_preconditions(deps, check_registers=sel)
+    await step_expect(fsm, State.ERROR)
+    assert fsm.status == pb2.Status.REGISTER_MISMATCH
+
+
+async def test_index_has_greater_offset_and_explicit_offsets() -> None:
+    deps = FakeDeps()
+    deps.replica.index.summary_value = (0, 1000, 5)
+    fsm = await _at_preconditions(deps)
+    await step_expect(fsm, State.ERROR)
+    assert fsm.status == pb2.Status.INDEX_HAS_GREATER_OFFSET
+
+    deps = FakeDeps()
+    deps.replica.index.summary_value = (0, 1000, 5)
+    fsm = await _at_preconditions(deps, offset=999)
+    await step_expect(fsm, State.ERROR)
+    assert fsm.status == pb2.Status.WRONG_APPEND_OFFSET
+
+    deps = FakeDeps()
+    deps.replica.index.summary_value = (0, 1000, 5)
+    fsm = await _at_preconditions(deps, offset=1000)
+    await step_expect(fsm, State.SEND_PIPELINE_SYNC)  # Reset-head: roll to the index end.
+    assert fsm.roll_to_offset == 1000
+    await step_expect(
+        fsm,
+        State.RECV_PIPELINE_SYNC,
+        State.UPDATE_ASSIGNMENTS,
+        State.AWAIT_DESIRED_REPLICAS,
+        State.VALIDATE_PRECONDITIONS,
+        State.STREAM_CONTENT,
+    )
+
+
+async def test_store_unhealthy() -> None:
+    deps = FakeDeps()
+    deps.spec.fragment.stores.append("file:///root/")
+    deps.health_err = "fragment store file:///root/ unhealthy: boom"
+    fsm = await _at_preconditions(deps)
+    await step_expect(fsm, State.ERROR)
+    assert fsm.status == pb2.Status.FRAGMENT_STORE_UNHEALTHY
+    assert "boom" in str(fsm.err)
+
+
+async def test_no_resume_of_suspended_journal() -> None:
+    deps = FakeDeps()
+    deps.spec.suspend.level = pb2.JournalSpec.Suspend.PARTIAL
+    fsm = await _at_preconditions(deps, suspend=pb2.AppendRequest.SUSPEND_NO_RESUME)
+    await step_expect(fsm, State.ERROR)
+    assert fsm.status == pb2.Status.SUSPENDED
+
+
+async def test_suspend_now_of_empty_journal_is_full() -> None:
+    deps = FakeDeps()
+    fsm = await _at_preconditions(deps, suspend=pb2.AppendRequest.SUSPEND_NOW)
+    await step_expect(fsm, State.UPDATE_SUSPEND, State.RESOLVE)
+    assert deps.spec_updates[0].suspend.level == pb2.JournalSpec.Suspend.FULL
+
+
+async def test_stream_commit() -> None:
+    deps = FakeDeps()
+    fsm = fsm_for(deps, union_registers=pb2.LabelSet(labels=[pb2.Label(name="r", value="1")]))
+    await to_stream_content(fsm)
+    await fsm.on_stream_content(pb2.AppendRequest(content=b"foo"), None)
+    await fsm.on_stream_content(pb2.AppendRequest(content=b"bar"), None)
+    await fsm.on_stream_content(pb2.AppendRequest(), None)
+    assert fsm.state == State.STREAM_CONTENT
+    await fsm.on_stream_content(None, None)
+    assert fsm.state == State.READ_ACKNOWLEDGEMENTS
+    commit = deps.pln.sent[-1]
+    assert commit.acknowledge and commit.proposal.end == 6
+    assert [(lbl.name, lbl.value) for lbl in commit.registers.labels] == [("r", "1")]
+    frag = fsm.client_fragment
+    assert (frag.begin, frag.end) == (0, 6)
+    assert frag.sum == _pbx.sha1_sum(hashlib.sha1(b"foobar").digest())
+    await step_expect(fsm, State.FINISHED)
+    await fsm.release_pipeline()
+    assert deps.replica.pipeline_slot.qsize() == 1
+
+
+async def test_stream_eof_without_commit_rolls_back() -> None:
+    deps = FakeDeps()
+    fsm = fsm_for(deps)
+    await to_stream_content(fsm)
+    await fsm.on_stream_content(pb2.AppendRequest(content=b"foo"), None)
+    await fsm.on_stream_content(None, None)
+    rollback = deps.pln.sent[-1]
+    assert rollback.proposal.end == 0 and rollback.acknowledge
+    await step_expect(fsm, State.ERROR)
+    assert isinstance(fsm.err, errors.StreamError)
+    assert "unexpected EOF" in str(fsm.err)
+
+
+async def test_stream_message_after_commit_chunk() -> None:
+    deps = FakeDeps()
+    fsm = fsm_for(deps)
+    await to_stream_content(fsm)
+    await fsm.on_stream_content(pb2.AppendRequest(), None)
+    await fsm.on_stream_content(pb2.AppendRequest(content=b"late"), None)
+    await step_expect(fsm, State.ERROR)
+    assert "expected EOF after empty Content chunk" in str(fsm.err)
+
+
+async def test_stream_to_read_only_journal_is_not_allowed() -> None:
+    deps = FakeDeps()
+    deps.spec.flags = pb2.JournalSpec.O_RDONLY
+    fsm = fsm_for(deps)
+    await to_stream_content(fsm)
+    await fsm.on_stream_content(pb2.AppendRequest(content=b"x"), None)
+    await step_expect(fsm, State.ERROR)
+    assert fsm.status == pb2.Status.NOT_ALLOWED
+
+
+async def test_register_update_needs_content() -> None:
+    deps = FakeDeps()
+    fsm = fsm_for(deps, union_registers=pb2.LabelSet(labels=[pb2.Label(name="r", value="1")]))
+    await to_stream_content(fsm)
+    await fsm.on_stream_content(pb2.AppendRequest(), None)
+    await fsm.on_stream_content(None, None)
+    await step_expect(fsm, State.ERROR)
+    assert "register modification requires non-empty Append" in str(fsm.err)

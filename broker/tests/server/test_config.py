@@ -1,0 +1,66 @@
+"""Flag / environment parsing of ``python -m gazette.broker``."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+from gazette.broker.server import config
+
+
+def test_defaults_are_gazettes() -> None:
+    cfg = config.parse([], env={})
+    assert cfg.broker.zone == "local"
+    assert cfg.broker.limit == 1024
+    assert cfg.broker.min_append_rate == 65536
+    assert cfg.broker.max_replication == 9
+    assert cfg.etcd.prefix == "/gazette/cluster"
+    assert cfg.etcd.lease_s == 20.0
+    assert cfg.broker.id  # A petname was chosen.
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.broker.zone = "x"  # type: ignore[misc]
+
+
+def test_flags_win_over_env_which_wins_over_defaults() -> None:
+    env = {
+        "BROKER_ZONE": "from-env",
+        "ETCD_LEASE_TTL": "1m30s",
+        "BROKER_WATCH_DELAY": "15ms",
+        "BROKER_ID": "env-id",
+    }
+    cfg = config.parse(["--broker.zone", "from-flag", "--debug.port", "9000"], env=env)
+    assert cfg.broker.zone == "from-flag"
+    assert cfg.broker.id == "env-id"
+    assert cfg.etcd.lease_s == 90.0
+    assert cfg.broker.watch_delay_s == pytest.approx(0.015)
+    assert cfg.broker.http_port == 9000
+
+
+def test_bad_values_are_rejected() -> None:
+    with pytest.raises(SystemExit):
+        config.parse(["--etcd.lease", "soon"], env={})
+    with pytest.raises(SystemExit):
+        config.parse(["--etcd.prefix", "/trailing/"], env={})
+
+
+def test_help_names_every_flag_and_variable() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "gazette.broker", "--help"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    for flag in (
+        "--broker.zone",
+        "--broker.port",
+        "--etcd.address",
+        "--etcd.prefix",
+        "--broker.spool-dir",
+        "--broker.http-port",
+        "BROKER_MIN_APPEND_RATE",
+    ):
+        assert flag in out
