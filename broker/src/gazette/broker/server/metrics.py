@@ -1,0 +1,72 @@
+"""Prometheus metrics of the broker server, with Gazette's names (``broker/doc.go``).
+
+prometheus_client appends ``_total`` to every counter it exposes, which would
+turn Gazette's ``gazette_journal_server_started_totals`` into
+``..._totals_total``. Dashboards written for Gazette must find the exact name,
+so these two counters are exported by a small collector as *untyped* samples
+under the exact name (Prometheus treats them as counters by their use in rate()).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import prometheus_client as prom
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+OPERATIONS = (
+    "List",
+    "Apply",
+    "Read",
+    "Append",
+    "Replicate",
+    "ListFragments",
+    "FragmentStoreHealth",
+)
+
+
+class ExactCounter(Collector):
+    """A labelled monotonic counter exposed under exactly ``name``."""
+
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...]) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, labelnames
+        self._values: dict[tuple[str, ...], float] = {}
+        self._lock = threading.Lock()
+
+    def inc(self, *labels: str, amount: float = 1.0) -> None:
+        assert len(labels) == len(self.labelnames)
+        with self._lock:
+            self._values[labels] = self._values.get(labels, 0.0) + amount
+
+    def value(self, *labels: str) -> float:
+        with self._lock:
+            return self._values.get(labels, 0.0)
+
+    def collect(self) -> Iterator[Metric]:
+        metric = Metric(self.name, self.documentation, "unknown")
+        with self._lock:
+            for labels, value in sorted(self._values.items()):
+                metric.add_sample(self.name, dict(zip(self.labelnames, labels, strict=True)), value)
+        yield metric
+
+
+server_started = ExactCounter(
+    "gazette_journal_server_started_totals",
+    "Total number of started journal RPCs.",
+    ("operation",),
+)
+server_completed = ExactCounter(
+    "gazette_journal_server_completed_totals",
+    "Total number of completed journal RPCs, by status ('ok', an error, or a Status name).",
+    ("operation", "status"),
+)
+prom.REGISTRY.register(server_started)
+prom.REGISTRY.register(server_completed)
+
+write_head = prom.Gauge(
+    "gazette_write_head",
+    "Current write head of a journal served by this broker as primary.",
+    ["journal"],
+)

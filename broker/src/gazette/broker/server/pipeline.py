@@ -1,0 +1,218 @@
+"""A primary's replication pipeline (Gazette ``broker/pipeline.go``).
+
+A pipeline holds the primary's spool and one ``Replicate`` stream to every
+other route member. ``scatter`` sends a request to every peer and applies it
+to the local spool; ``gather_*`` read one response per peer. Appends are
+pipelined: the next append streams content while earlier ones still await
+acknowledgements, and :meth:`Pipeline.barrier` hands the receive side over in
+send order (a chain of futures, each append waiting on its predecessor's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import grpc
+
+from gazette.broker.protocol import protocol_pb2 as pb2
+from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
+from gazette.broker.server import _pbx, errors
+
+log = logging.getLogger(__name__)
+
+
+class LocalSpool(Protocol):
+    @property
+    def fragment(self) -> pb2.Fragment: ...
+    @property
+    def registers(self) -> pb2.LabelSet: ...
+    def apply(self, req: pb2.ReplicateRequest, primary: bool) -> pb2.ReplicateResponse: ...
+
+
+StubFor = Callable[[pb2.ProcessSpec.ID, str], pb2_grpc.JournalStub]
+"""Returns a Journal stub dialed to (member id, endpoint)."""
+
+
+def _id_str(pid: pb2.ProcessSpec.ID) -> str:
+    return f"{pid.zone}/{pid.suffix}"
+
+
+class Pipeline:
+    def __init__(
+        self,
+        header: pb2.Header,
+        spool: Any,
+        return_spool: Callable[[Any], None],
+        stub_for: StubFor,
+    ) -> None:
+        route = header.route
+        assert route.primary != -1, "a pipeline needs a primary"
+        self.header = header
+        self.spool = spool
+        self._return_spool = return_spool
+        n = len(route.members)
+        self._streams: list[Any | None] = [None] * n
+        self._send_errs: list[BaseException | None] = [None] * n
+        self._recv_errs: list[BaseException | None] = [None] * n
+        self._recv: list[pb2.ReplicateResponse | None] = [None] * n
+        loop = asyncio.get_running_loop()
+        self._read_barrier: asyncio.Future[None] = loop.create_future()
+        self._read_barrier.set_result(None)
+        for i, member in enumerate(route.members):
+            if i == route.primary:
+                continue
+            endpoint = route.endpoints[i] if i < len(route.endpoints) else ""
+            try:
+                self._streams[i] = stub_for(member, endpoint).Replicate()
+            except Exception as e:  # noqa: BLE001  # recorded; surfaces via send_err()
+                self._send_errs[i] = e
+
+    def _member(self, i: int) -> str:
+        return _id_str(self.header.route.members[i])
+
+    async def scatter(self, req: pb2.ReplicateRequest) -> None:
+        for i, call in enumerate(self._streams):
+            if call is None or self._send_errs[i] is not None:
+                continue
+            msg = req
+            if req.HasField("header"):
+                msg = pb2.ReplicateRequest()
+                msg.CopyFrom(req)
+                msg.header.process_id.CopyFrom(self.header.route.members[i])
+            try:
+                await call.write(msg)
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as e:
+                self._send_errs[i] = e
+        p = self.header.route.primary
+        if self._send_errs[p] is None:
+            try:
+                resp = self.spool.apply(req, True)
+            except Exception as e:  # noqa: BLE001  # local spool failure fails the pipeline
+                self._send_errs[p] = e
+                return
+            if resp.status != pb2.Status.OK:
+                # The primary proposes only what its own spool accepts.
+                raise AssertionError(f"local spool rejected primary proposal: {resp}")
+
+    def send_err(self) -> BaseException | None:
+        for i, e in enumerate(self._send_errs):
+            if e is not None:
+                return errors.PipelineError(f"send: {e}", peer=self._member(i))
+        return None
+
+    def recv_err(self) -> BaseException | None:
+        for i, e in enumerate(self._recv_errs):
+            if e is not None:
+                return errors.PipelineError(f"recv: {e}", peer=self._member(i))
+        return None
+
+    async def close_send(self) -> None:
+        """Roll back local partial content, return the spool, half-close every stream."""
+        frag = pb2.Fragment()
+        frag.CopyFrom(self.spool.fragment)
+        self.spool.apply(pb2.ReplicateRequest(proposal=frag, registers=self.spool.registers), True)
+        self._return_spool(self.spool)
+        for i, call in enumerate(self._streams):
+            if call is not None and self._send_errs[i] is None:
+                try:
+                    await call.done_writing()
+                except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as e:
+                    self._send_errs[i] = e
+
+    def barrier(self) -> tuple[asyncio.Future[None], asyncio.Future[None]]:
+        wait_for = self._read_barrier
+        self._read_barrier = asyncio.get_running_loop().create_future()
+        return wait_for, self._read_barrier
+
+    async def _gather(self) -> None:
+        for i, call in enumerate(self._streams):
+            if call is None or self._recv_errs[i] is not None:
+                continue
+            try:
+                resp = await call.read()
+            except grpc.aio.AioRpcError as e:
+                self._recv_errs[i] = e
+                continue
+            if resp is grpc.aio.EOF:
+                self._recv_errs[i] = errors.PipelineError("unexpected EOF")
+            else:
+                self._recv[i] = resp
+
+    async def gather_ok(self) -> None:
+        await self._gather()
+        for i, call in enumerate(self._streams):
+            if call is None or self._recv_errs[i] is not None:
+                continue
+            resp = self._recv[i]
+            if resp is None or resp.status != pb2.Status.OK:
+                self._recv_errs[i] = errors.PipelineError(f"unexpected !OK response: {resp}")
+
+    async def gather_sync(self) -> tuple[int, pb2.LabelSet | None, int]:
+        """Gather sync acks: (roll-to offset, its registers, revision to read through)."""
+        await self._gather()
+        roll_to, roll_regs, read_through = 0, None, 0
+        spool_end = self.spool.fragment.end
+        for i, call in enumerate(self._streams):
+            if call is None or self._recv_errs[i] is not None:
+                continue
+            resp = self._recv[i]
+            assert resp is not None
+            if resp.status == pb2.Status.OK:
+                continue
+            if resp.status == pb2.Status.WRONG_ROUTE:
+                if (
+                    not _pbx.route_equivalent(resp.header.route, self.header.route)
+                    and resp.header.etcd.revision > self.header.etcd.revision
+                ):
+                    read_through = max(read_through, resp.header.etcd.revision)
+                else:
+                    self._recv_errs[i] = errors.PipelineError(
+                        f"unexpected WRONG_ROUTE: {resp.header}"
+                    )
+            elif resp.status == pb2.Status.PROPOSAL_MISMATCH:
+                frag = resp.fragment
+                if frag.end > spool_end:
+                    if frag.end > roll_to:
+                        roll_to, roll_regs = frag.end, resp.registers
+                elif frag.end == spool_end and frag.begin == frag.end:
+                    roll_to = max(roll_to, frag.end)
+                else:
+                    self._recv_errs[i] = errors.PipelineError(
+                        f"unexpected PROPOSAL_MISMATCH: {frag}, {resp.registers}"
+                    )
+            else:
+                self._recv_errs[i] = errors.PipelineError(
+                    f"unexpected Status: {pb2.Status.Name(resp.status)}"
+                )
+        return roll_to, roll_regs, read_through
+
+    async def gather_eof(self) -> None:
+        for i, call in enumerate(self._streams):
+            if call is None or self._recv_errs[i] is not None:
+                continue
+            try:
+                resp = await call.read()
+            except grpc.aio.AioRpcError as e:
+                self._recv_errs[i] = e
+                continue
+            if resp is not grpc.aio.EOF:
+                self._recv_errs[i] = errors.PipelineError(f"unexpected response: {resp}")
+
+    async def shutdown(self, expect_err: bool) -> None:
+        wait_for, close_after = self.barrier()
+        await self.close_send()
+        if not expect_err and (e := self.send_err()) is not None:
+            log.warning("tearing down pipeline: failed to close send: %s", e)
+        try:
+            await wait_for
+            await self.gather_eof()
+            if not expect_err and (e := self.recv_err()) is not None:
+                log.warning("tearing down pipeline: failed to gather EOF: %s", e)
+        finally:
+            close_after.set_result(None)
+            for call in self._streams:
+                if call is not None:
+                    call.cancel()
