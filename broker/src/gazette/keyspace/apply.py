@@ -1,0 +1,125 @@
+"""The checked transaction of Gazette's Apply RPCs, shared by every writer of specs.
+
+The broker's ``Journal.Apply``, the consumer's ``Shard.Apply`` and the
+Kubernetes operator all write specifications the same way: one etcd
+transaction of puts and deletes under ``<root>/items/<name>``, each guarded
+by the mod revision the writer last saw. Callers validate and encode the specs;
+this module only knows keys, bytes and revisions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import NamedTuple
+
+import aetcd
+import aetcd.rpc
+import grpc
+
+from gazette.broker.protocol import protocol_pb2
+from gazette.keyspace import etcd
+
+__all__ = ["ANY_REVISION", "MUST_NOT_EXIST", "ApplyResult", "Change", "apply_changes", "item_key"]
+
+#: ``expect_mod_revision`` meaning "apply whatever the current revision".
+ANY_REVISION = -1
+#: ``expect_mod_revision`` meaning "the key must not exist" (upserts only).
+MUST_NOT_EXIST = 0
+
+
+class Change(NamedTuple):
+    """One change of an apply: a plain ``(name, value, expect_mod_revision)`` tuple works too.
+
+    ``value`` is the encoded spec to put, or None to delete ``name``.
+    ``expect_mod_revision``: ``0`` the key must not exist; ``-1`` unconditional;
+    ``> 0`` the key's mod revision must equal it (a delete needs ``> 0`` or ``-1``).
+    """
+
+    name: str
+    value: bytes | None
+    expect_mod_revision: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApplyResult:
+    """Outcome of :func:`apply_changes`.
+
+    ``revision`` is the transaction's etcd revision (also when it failed), which
+    an Apply RPC waits its KeySpace to reach before replying, and ``etcd`` the
+    transaction's whole header.
+    """
+
+    succeeded: bool
+    revision: int
+    etcd: protocol_pb2.Header.Etcd
+
+    @property
+    def status(self) -> protocol_pb2.Status.ValueType:
+        """Gazette's status: ``OK``, or ``ETCD_TRANSACTION_FAILED`` when a guard failed."""
+        return protocol_pb2.OK if self.succeeded else protocol_pb2.ETCD_TRANSACTION_FAILED
+
+
+def item_key(root: str, name: str) -> str:
+    """The etcd key of item (journal or shard) ``name`` under ``root``."""
+    return f"{root}/items/{name}"
+
+
+def _guard(key: bytes, change: Change) -> aetcd.rpc.Compare | None:
+    expect = change.expect_mod_revision
+    if expect < -1:
+        raise ValueError(
+            f"invalid expect_mod_revision of {change.name!r} ({expect}; expected >= -1)"
+        )
+    if change.value is None and expect == MUST_NOT_EXIST:
+        raise ValueError(
+            f"invalid expect_mod_revision of delete {change.name!r} (0; expected > 0 or -1)"
+        )
+    if expect == ANY_REVISION:
+        return None
+    # A missing key has mod revision 0, so one compare covers "must not exist" too.
+    return aetcd.rpc.Compare(
+        key=key,
+        target=aetcd.rpc.Compare.MOD,
+        result=aetcd.rpc.Compare.EQUAL,
+        mod_revision=expect,
+    )
+
+
+async def apply_changes(
+    client: aetcd.Client, root: str, changes: Iterable[Change | tuple[str, bytes | None, int]]
+) -> ApplyResult:
+    """Apply ``changes`` under ``<root>/items/`` in one etcd transaction, all or nothing.
+
+    Returns whether every guard held. Raises ``ValueError`` for a malformed
+    change, and :class:`~gazette.keyspace.errors.EtcdError` when etcd refuses the
+    transaction itself (e.g. more operations than its ``--max-txn-ops``, 128 by
+    default, or the same key twice).
+    """
+    compares: list[aetcd.rpc.Compare] = []
+    ops: list[aetcd.rpc.RequestOp] = []
+    for raw in changes:
+        change = Change(*raw)
+        key = item_key(root, change.name).encode()
+        guard = _guard(key, change)
+        if guard is not None:
+            compares.append(guard)
+        if change.value is None:
+            ops.append(
+                aetcd.rpc.RequestOp(request_delete_range=aetcd.rpc.DeleteRangeRequest(key=key))
+            )
+        else:
+            ops.append(
+                aetcd.rpc.RequestOp(request_put=aetcd.rpc.PutRequest(key=key, value=change.value))
+            )
+
+    stub = await etcd.kv_stub(client)
+    try:
+        resp = await stub.Txn(
+            aetcd.rpc.TxnRequest(compare=compares, success=ops),
+            metadata=etcd.metadata(client),
+        )
+    except grpc.aio.AioRpcError as e:
+        raise etcd.rpc_error(e, f"applying {len(ops)} changes under {root}") from e
+    header = etcd.header_of(resp.header)
+    return ApplyResult(succeeded=bool(resp.succeeded), revision=int(header.revision), etcd=header)

