@@ -1,0 +1,127 @@
+"""Broker data-path benchmark.
+
+(a) the ceiling: a raw grpc.aio client-streaming RPC on loopback carrying the
+same chunk sizes as the appends, into a server that only counts the bytes;
+(b) one journal at replication 1 and (c) at replication 3 on three brokers,
+through ``gazette.broker.testing``. Prints MB/s and append-ack p50/p99, and
+each as a ratio to (a).
+
+Only (a) runs until the broker cluster seam (``gazette.broker.testing``)
+exists; (b) and (c) are reported as not run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+
+import grpc
+
+from gazette.broker.protocol import protocol_pb2 as pb2
+
+CHUNK_SIZES = (32 * 1024, 128 * 1024)
+APPEND_BYTES = 1 << 20  # Bytes per append RPC (a run of chunks, then the commit chunk).
+SECONDS = 3.0
+
+
+async def _raw_server() -> tuple[grpc.aio.Server, int]:
+    async def append(request_iterator, context):  # type: ignore[no-untyped-def]
+        n = 0
+        async for req in request_iterator:
+            n += len(req.content)
+        return pb2.AppendResponse(status=pb2.Status.OK, commit=pb2.Fragment(end=n))
+
+    handler = grpc.method_handlers_generic_handler(
+        "protocol.Journal",
+        {
+            "Append": grpc.stream_unary_rpc_method_handler(
+                append,
+                request_deserializer=pb2.AppendRequest.FromString,
+                response_serializer=pb2.AppendResponse.SerializeToString,
+            )
+        },
+    )
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 4 << 20)])
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, port
+
+
+async def _drive(channel: grpc.aio.Channel, journal: str, chunk: int) -> tuple[float, list[float]]:
+    """Append for SECONDS; returns (MB/s, per-append ack latencies in seconds)."""
+    call_append = channel.stream_unary(
+        "/protocol.Journal/Append",
+        request_serializer=pb2.AppendRequest.SerializeToString,
+        response_deserializer=pb2.AppendResponse.FromString,
+    )
+    payload = b"x" * chunk
+    per_append = max(1, APPEND_BYTES // chunk)
+    latencies: list[float] = []
+    total = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < SECONDS:
+
+        async def requests():  # type: ignore[no-untyped-def]
+            yield pb2.AppendRequest(journal=journal)
+            for _ in range(per_append):
+                yield pb2.AppendRequest(content=payload)
+            yield pb2.AppendRequest()
+
+        t0 = time.perf_counter()
+        resp = await call_append(requests())
+        latencies.append(time.perf_counter() - t0)
+        if resp.status != pb2.Status.OK:
+            raise RuntimeError(f"append failed: {pb2.Status.Name(resp.status)}")
+        total += per_append * chunk
+    elapsed = time.perf_counter() - start
+    return total / elapsed / 1e6, latencies
+
+
+def _pct(values: list[float], p: float) -> float:
+    if len(values) < 2:
+        return values[0] * 1e3 if values else 0.0
+    return statistics.quantiles(values, n=100, method="inclusive")[int(p) - 1] * 1e3
+
+
+async def _ceiling(chunk: int) -> tuple[float, list[float]]:
+    server, port = await _raw_server()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            return await _drive(channel, "bench/raw", chunk)
+    finally:
+        await server.stop(None)
+
+
+def _row(label: str, mbps: float, lat: list[float], ceiling: tuple[float, float, float]) -> str:
+    p50, p99 = _pct(lat, 50), _pct(lat, 99)
+    return (
+        f"  {label:<28} {mbps:8.1f} MB/s ({mbps / ceiling[0]:4.2f}x)   "
+        f"ack p50 {p50:7.2f} ms ({p50 / ceiling[1]:5.2f}x)  p99 {p99:7.2f} ms "
+        f"({p99 / ceiling[2]:5.2f}x)"
+    )
+
+
+async def _main() -> None:
+    for chunk in CHUNK_SIZES:
+        print(
+            f"chunk {chunk // 1024} KiB, {APPEND_BYTES >> 20} MiB per append, {SECONDS:.0f}s each"
+        )
+        mbps, lat = await _ceiling(chunk)
+        ceiling = (mbps, _pct(lat, 50), _pct(lat, 99))
+        print(_row("(a) raw grpc.aio ceiling", mbps, lat, ceiling))
+        try:
+            from gazette.broker import testing  # noqa: F401
+        except ImportError:
+            print("  (b) replication 1            not run: gazette.broker.testing is missing")
+            print("  (c) replication 3            not run: gazette.broker.testing is missing")
+            continue
+
+
+def main() -> None:
+    asyncio.run(_main())
+
+
+if __name__ == "__main__":
+    main()
