@@ -20,13 +20,13 @@ OK = pb2.Status.OK
 
 class FakeSpool:
     def __init__(self, journal: str = "a/journal") -> None:
-        self.fragment = pb2.Fragment(journal=journal, compression_codec=pb2.NONE)
+        self.spec = pb2.Fragment(journal=journal, compression_codec=pb2.NONE)
         self.registers = pb2.LabelSet()
         self.delta = b""
 
     def next(self) -> pb2.Fragment:
         f = pb2.Fragment()
-        f.CopyFrom(self.fragment)
+        f.CopyFrom(self.spec)
         f.end += len(self.delta)
         return f
 
@@ -47,10 +47,10 @@ class FakePipeline:
         if req.content:
             self.spool.delta += req.content
         elif req.HasField("proposal"):
-            if req.proposal.end > self.spool.fragment.end + len(self.spool.delta):
-                self.spool.fragment = req.proposal
+            if req.proposal.end > self.spool.spec.end + len(self.spool.delta):
+                self.spool.spec = req.proposal
             elif req.proposal == self.spool.next() and self.spool.delta:
-                self.spool.fragment = req.proposal
+                self.spool.spec = req.proposal
                 self.spool.registers = req.registers
             self.spool.delta = b""
 
@@ -152,16 +152,14 @@ class FakeDeps:
         return 12
 
     def maybe_roll(self, spool, roll_to, spec):
-        if spool.fragment.end == spool.fragment.begin or (
-            roll_to and roll_to != spool.fragment.begin
-        ):
+        if spool.spec.end == spool.spec.begin or (roll_to and roll_to != spool.spec.begin):
             f = pb2.Fragment()
-            f.CopyFrom(spool.fragment)
+            f.CopyFrom(spool.spec)
             f.end = max(f.end, roll_to)
             f.begin = f.end
             f.compression_codec = spec.fragment.compression_codec
             return f
-        return spool.fragment
+        return spool.spec
 
     async def await_store_health(self, res):
         return self.health_err

@@ -66,7 +66,7 @@ class Spool(Protocol):
     """What the FSM reads of a replica spool (``gazette.broker.fragment`` Spool)."""
 
     @property
-    def fragment(self) -> pb2.Fragment: ...
+    def spec(self) -> pb2.Fragment: ...
     @property
     def registers(self) -> pb2.LabelSet: ...
 
@@ -298,7 +298,7 @@ class AppendFSM:
         req = pb2.ReplicateRequest(proposal=proposal, registers=self.registers, acknowledge=True)
         if self.pln_header:
             req.header.CopyFrom(pln.header)
-            req.deprecated_journal = pln.spool.fragment.journal
+            req.deprecated_journal = pln.spool.spec.journal
             self.pln_header = False
         await pln.scatter(req)
         self.state = State.RECV_PIPELINE_SYNC
@@ -384,7 +384,7 @@ class AppendFSM:
         suspend = spec.suspend
         flush_s = spec.fragment.flush_interval.seconds or DEFAULT_FLUSH_INTERVAL_S
         index_dirty = index_mod_time == 0 or index_mod_time > int(self.clock()) - flush_s
-        spool_end = pln.spool.fragment.end
+        spool_end = pln.spool.spec.end
         max_offset = max(spool_end, index_max)
 
         if (
@@ -440,7 +440,7 @@ class AppendFSM:
                 res.status = Status.SUSPENDED
         # SUSPEND_KEEP: proceed and leave suspension as it is.
 
-        if pln.spool.fragment.begin == index_min:
+        if pln.spool.spec.begin == index_min:
             # The spool holds the journal's first known write: roll it soon, so
             # that the stores show a "dirty" index to recovering brokers.
             self.roll_to_offset = spool_end
@@ -481,13 +481,13 @@ class AppendFSM:
             # First call: maybe roll ahead of this append. The pipeline is synchronised,
             # so peers will agree and no acknowledgement is asked for.
             proposal = self.deps.maybe_roll(pln.spool, self.roll_to_offset, spec)
-            if proposal != pln.spool.fragment:
+            if proposal != pln.spool.spec:
                 await pln.scatter(
                     pb2.ReplicateRequest(
                         proposal=proposal, registers=self.registers, acknowledge=False
                     )
                 )
-            frag = pln.spool.fragment
+            frag = pln.spool.spec
             self.client_fragment = pb2.Fragment(
                 journal=frag.journal,
                 begin=frag.end,
@@ -543,7 +543,7 @@ class AppendFSM:
         else:
             # Client or peer failure: the pipeline is sound, but partial content rolls back.
             proposal = pb2.Fragment()
-            proposal.CopyFrom(pln.spool.fragment)
+            proposal.CopyFrom(pln.spool.spec)
             if err is not None:
                 self.err = errors.StreamError(f"append stream: {err}")
         await pln.scatter(

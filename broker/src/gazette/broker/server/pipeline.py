@@ -26,10 +26,12 @@ log = logging.getLogger(__name__)
 
 class LocalSpool(Protocol):
     @property
-    def fragment(self) -> pb2.Fragment: ...
+    def spec(self) -> pb2.Fragment: ...
     @property
     def registers(self) -> pb2.LabelSet: ...
-    def apply(self, req: pb2.ReplicateRequest, primary: bool) -> pb2.ReplicateResponse: ...
+    async def apply(
+        self, req: pb2.ReplicateRequest, *, primary: bool = False
+    ) -> pb2.ReplicateResponse: ...
 
 
 StubFor = Callable[[pb2.ProcessSpec.ID, str], pb2_grpc.JournalStub]
@@ -89,7 +91,7 @@ class Pipeline:
         p = self.header.route.primary
         if self._send_errs[p] is None:
             try:
-                resp = self.spool.apply(req, True)
+                resp = await self.spool.apply(req, primary=True)
             except Exception as e:  # noqa: BLE001  # local spool failure fails the pipeline
                 self._send_errs[p] = e
                 return
@@ -112,8 +114,10 @@ class Pipeline:
     async def close_send(self) -> None:
         """Roll back local partial content, return the spool, half-close every stream."""
         frag = pb2.Fragment()
-        frag.CopyFrom(self.spool.fragment)
-        self.spool.apply(pb2.ReplicateRequest(proposal=frag, registers=self.spool.registers), True)
+        frag.CopyFrom(self.spool.spec)
+        await self.spool.apply(
+            pb2.ReplicateRequest(proposal=frag, registers=self.spool.registers), primary=True
+        )
         self._return_spool(self.spool)
         for i, call in enumerate(self._streams):
             if call is not None and self._send_errs[i] is None:
@@ -154,7 +158,7 @@ class Pipeline:
         """Gather sync acks: (roll-to offset, its registers, revision to read through)."""
         await self._gather()
         roll_to, roll_regs, read_through = 0, None, 0
-        spool_end = self.spool.fragment.end
+        spool_end = self.spool.spec.end
         for i, call in enumerate(self._streams):
             if call is None or self._recv_errs[i] is not None:
                 continue
