@@ -1,1 +1,127 @@
-"""Placeholder."""
+"""Allocator: zone-aware assignment of items to members through etcd.
+
+Brokers (items = journals) and consumers (items = shards) share this
+package. Every member announces a key under an etcd lease; the member whose
+key is oldest leads: it solves for a maximum assignment of item replicas to
+members (each item's desired replication, each member's item limit, replicas
+spread over at least two zones where two have capacity, current assignments
+kept where possible) and converges etcd towards it in checked, batched
+transactions: add before remove, remove only while the item stays consistent,
+promote by moving a replica to slot 0.
+
+Key layout (Gazette's, so tools reading etcd agree)::
+
+    <root>/items/<id>                        item spec (protobuf)
+    <root>/members/<zone>#<suffix>           member spec (protobuf), under its lease
+    <root>/assign/<id>#<zone>#<suffix>#<slot>  assignment (protobuf or empty), slot 0 = primary
+
+Solver: a port of Gazette's sparse push/relabel over its zone-aware flow
+network (:mod:`gazette.allocator.flow_network`). It was measured against
+OR-Tools' ``SimpleMinCostFlow`` (a min-cost max-flow of the same network with
+costs for moves, zone imbalance and over-fair-share load) on 10,000 items x
+30 members x 3 zones x replication 3: OR-Tools solved in 0.28 s (first
+assignment) and 0.18 s (after a member leaves), the port in 0.40 s and
+0.86 s. Both meet the 2 s aim; the port is kept because it reproduces Go
+Gazette's assignments (a Python broker may lead a cluster of Go brokers), is
+pure Python, and avoids pulling OR-Tools, numpy and pandas into the broker
+image (and OR-Tools' pin of an older release line to match our protobuf).
+
+Key types: :class:`State` (extracted from a KeySpace), :class:`ObservedState`,
+:func:`allocate` (the loop), :class:`Session` (lease, announce, allocate,
+graceful exit), :class:`Resolver` (journal -> Route + status),
+:class:`Decoder` (application hook), :class:`JournalDecoder` (brokers).
+
+Usage::
+
+    from gazette import allocator, keyspace
+
+    decode = allocator.key_value_decoder(root, allocator.JournalDecoder())
+    ks = keyspace.KeySpace(root, decode)
+    session = allocator.Session(
+        client, ks, allocator.member_key(root, zone, suffix),
+        spec.SerializeToString(), exiting_spec.SerializeToString(),
+        is_consistent=allocator.journal_is_consistent,
+    )
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(session.run())
+        await session.ready.wait()
+        resolver = allocator.Resolver(session.observed)
+        ...
+        session.request_exit()   # on SIGTERM: drains, then revokes the lease
+"""
+
+from gazette.allocator import errors
+from gazette.allocator.allocator import ObservedState, allocate, change_summary, solve
+from gazette.allocator.announce import (
+    Announcement,
+    Session,
+    SessionConfig,
+    announce,
+    grant_lease,
+    keep_alive,
+    revoke_lease,
+)
+from gazette.allocator.item_state import converge
+from gazette.allocator.keys import (
+    Assignment,
+    Decoder,
+    Item,
+    ItemValue,
+    Member,
+    MemberValue,
+    assignment_key,
+    item_assignments_prefix,
+    item_key,
+    key_value_decoder,
+    member_key,
+)
+from gazette.allocator.resolver import Resolution, ResolveOptions, Resolver
+from gazette.allocator.routes import (
+    JournalDecoder,
+    desired_replication,
+    journal_is_consistent,
+    route_equivalent,
+    route_of,
+)
+from gazette.allocator.state import IsConsistentFn, LocalItem, State, always_consistent
+from gazette.allocator.txn import BatchedTxn
+
+__all__ = [
+    "Announcement",
+    "Assignment",
+    "BatchedTxn",
+    "Decoder",
+    "IsConsistentFn",
+    "Item",
+    "ItemValue",
+    "JournalDecoder",
+    "LocalItem",
+    "Member",
+    "MemberValue",
+    "ObservedState",
+    "Resolution",
+    "ResolveOptions",
+    "Resolver",
+    "Session",
+    "SessionConfig",
+    "State",
+    "allocate",
+    "always_consistent",
+    "announce",
+    "assignment_key",
+    "change_summary",
+    "converge",
+    "desired_replication",
+    "errors",
+    "grant_lease",
+    "item_assignments_prefix",
+    "item_key",
+    "journal_is_consistent",
+    "keep_alive",
+    "key_value_decoder",
+    "member_key",
+    "revoke_lease",
+    "route_equivalent",
+    "route_of",
+    "solve",
+]

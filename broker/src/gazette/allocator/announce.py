@@ -1,0 +1,258 @@
+"""Member announcement under an etcd lease, and the member session.
+
+A member exists for its peers as long as its key does: the key is written
+under a lease the member keeps alive, so a crashed member's key, and every
+assignment of it (assignments are written under the assigned member's
+lease), vanish together when the lease expires.
+
+:func:`announce` creates the key only if it doesn't exist, retrying until a
+previous incarnation's key has expired. :class:`Session` ties it together:
+lease, announcement, KeySpace load and watch, the allocate loop, and graceful
+exit (mark the member exiting, wait until it holds no assignments, revoke the
+lease). If the lease or the member key is lost while not exiting, the session
+announces again under a new lease (Gazette instead aborts the process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aetcd
+import grpc
+
+from gazette.allocator import errors, txn
+from gazette.allocator.allocator import ObservedState, RoundHook, allocate
+from gazette.allocator.state import IsConsistentFn, always_consistent
+from gazette.keyspace import KeySpace
+from gazette.keyspace import errors as ks_errors
+from gazette.keyspace import etcd as ks_etcd
+
+log = logging.getLogger(__name__)
+
+Sleep = Callable[[float], Awaitable[None]]
+_rpc: Any = aetcd.rpc
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionConfig:
+    lease_ttl: int = 20
+    """Seconds of the member lease (``--etcd.lease``)."""
+    announce_retry: float = 10.0
+    """Seconds between announce attempts while an older key of ours still exists."""
+    reannounce: bool = True
+    """Announce again under a new lease if the lease or member key is lost."""
+    reannounce_backoff: float = 1.0
+    watch_keyspace: bool = True
+    """Run the KeySpace watch within the session (off if the caller runs it)."""
+
+
+@dataclasses.dataclass
+class Announcement:
+    """An announced key: its revision is the last one we wrote it at."""
+
+    client: aetcd.Client
+    key: str
+    revision: int
+
+    async def update(self, value: bytes) -> None:
+        """Rewrite the value, keeping the lease; fails if anyone else changed the key."""
+        resp = await txn.commit(
+            self.client,
+            [txn.mod_revision_is(self.key, self.revision)],
+            [txn.put(self.key, value, ignore_lease=True)],
+        )
+        if not resp.succeeded:
+            raise errors.TxnFailed(
+                f"key {self.key} modified or deleted externally (expected revision {self.revision})"
+            )
+        self.revision = int(resp.header.revision)
+
+
+async def announce(
+    client: aetcd.Client,
+    key: str,
+    value: bytes,
+    lease_id: int,
+    *,
+    retry_interval: float = 10.0,
+    sleep: Sleep = asyncio.sleep,
+) -> Announcement:
+    """Create ``key`` under ``lease_id``, waiting out an existing key of another lease."""
+    while True:
+        try:
+            resp = await txn.commit(
+                client,
+                [txn.version_is(key, 0)],
+                [txn.put(key, value, lease=lease_id)],
+                [txn.get(key)],
+            )
+        except errors.EtcdError as e:
+            log.warning("failed to announce %s (will retry): %s", key, e)
+        else:
+            if resp.succeeded:
+                return Announcement(client, key, int(resp.header.revision))
+            kvs = resp.responses[0].response_range.kvs
+            if kvs and kvs[0].lease == lease_id:
+                # Our own write of an earlier attempt, whose response was lost.
+                return Announcement(client, key, int(kvs[0].mod_revision))
+            log.warning("failed to announce %s (will retry): key exists with another lease", key)
+        await sleep(retry_interval)
+
+
+async def grant_lease(client: aetcd.Client, ttl: int) -> int:
+    try:
+        lease = await client.lease(ttl)
+    except aetcd.exceptions.ClientError as e:
+        raise errors.EtcdError(f"granting lease: {e}") from e
+    return int(lease.id)
+
+
+async def revoke_lease(client: aetcd.Client, lease_id: int) -> None:
+    try:
+        await client.revoke_lease(lease_id)
+    except aetcd.exceptions.ClientError as e:
+        raise errors.EtcdError(f"revoking lease {lease_id:x}: {e}") from e
+
+
+async def keep_alive(
+    client: aetcd.Client, lease_id: int, ttl: int, *, sleep: Sleep = asyncio.sleep
+) -> None:
+    """Refresh the lease every ttl/3 until cancelled; raise LeaseLost once it can't be.
+
+    Failed refreshes are retried until the lease would have expired.
+    """
+    interval = max(ttl / 3.0, 0.1)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ttl
+    while True:
+        try:
+            await ks_etcd.kv_stub(client)  # connects if needed
+            reply = await client.refresh_lease(lease_id)
+        except (aetcd.exceptions.ClientError, ks_errors.EtcdError, grpc.aio.AioRpcError) as e:
+            log.warning("lease %x keep-alive failed (will retry): %s", lease_id, e)
+        else:
+            if reply is None or reply.TTL <= 0:
+                raise errors.LeaseLost(lease_id)
+            deadline = loop.time() + reply.TTL
+        if loop.time() >= deadline:
+            raise errors.LeaseLost(lease_id)
+        await sleep(interval)
+
+
+class Session:
+    """One member's life in an allocator keyspace.
+
+    ``spec`` is the member value to announce; ``exiting_spec`` the same value
+    marked exiting (``exiting: true``), written by :meth:`request_exit`. Run
+    :meth:`run` in a task; it returns once the member exited cleanly.
+    """
+
+    def __init__(
+        self,
+        client: aetcd.Client,
+        ks: KeySpace,
+        member_key: str,
+        spec: bytes,
+        exiting_spec: bytes,
+        *,
+        config: SessionConfig | None = None,
+        is_consistent: IsConsistentFn = always_consistent,
+        on_round: RoundHook | None = None,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.client = client
+        self.ks = ks
+        self.member_key = member_key
+        self.spec = spec
+        self.exiting_spec = exiting_spec
+        self.config = config or SessionConfig()
+        self.is_consistent = is_consistent
+        self.on_round = on_round
+        self._sleep = sleep
+        self._exit = asyncio.Event()
+        self.announcement: Announcement | None = None
+        self.lease_id = 0
+        self.observed: ObservedState | None = None
+        self.ready = asyncio.Event()
+        """Set once announced and the KeySpace is loaded."""
+
+    def request_exit(self) -> None:
+        """The SIGTERM path: mark the member exiting; :meth:`run` returns once drained."""
+        self._exit.set()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self._run_once()
+                return
+            except (errors.LeaseLost, errors.MemberKeyMissing) as e:
+                if not self.config.reannounce or self._exit.is_set():
+                    raise
+                log.warning("member %s lost (%s): announcing again", self.member_key, e)
+                self.ready.clear()
+                await self._sleep(self.config.reannounce_backoff)
+
+    async def _run_once(self) -> None:
+        cfg = self.config
+        self.lease_id = await grant_lease(self.client, cfg.lease_ttl)
+        try:
+            self.announcement = await announce(
+                self.client,
+                self.member_key,
+                self.exiting_spec if self._exit.is_set() else self.spec,
+                self.lease_id,
+                retry_interval=cfg.announce_retry,
+                sleep=self._sleep,
+            )
+            if self.observed is None:
+                await self.ks.load(self.client, self.announcement.revision)
+                self.observed = ObservedState(self.ks, self.member_key, self.is_consistent)
+            else:
+                await self.ks.wait_for_revision(self.announcement.revision)
+            self.ready.set()
+            async with asyncio.TaskGroup() as tg:
+                alloc = tg.create_task(
+                    allocate(self.client, self.observed, on_round=self.on_round), name="allocate"
+                )
+                keeper = tg.create_task(
+                    keep_alive(self.client, self.lease_id, cfg.lease_ttl, sleep=self._sleep),
+                    name="lease keep-alive",
+                )
+                exiter = tg.create_task(self._mark_exiting(), name="mark exiting")
+                watcher = (
+                    tg.create_task(self.ks.watch(self.client), name="keyspace watch")
+                    if cfg.watch_keyspace
+                    else None
+                )
+                await alloc
+                for task in (keeper, exiter, watcher):
+                    if task is not None:
+                        task.cancel()
+        finally:
+            # Revoking deletes our member key and any assignments left under it.
+            lease, self.lease_id = self.lease_id, 0
+            with _suppress_etcd():
+                await revoke_lease(self.client, lease)
+
+    async def _mark_exiting(self) -> None:
+        await self._exit.wait()
+        assert self.announcement is not None
+        log.info("member %s exiting: draining assignments", self.member_key)
+        await self.announcement.update(self.exiting_spec)
+
+
+class _suppress_etcd:
+    """Best-effort clean-up: an unreachable etcd expires the lease by itself."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, et: Any, e: BaseException | None, tb: Any) -> bool:
+        if isinstance(e, errors.EtcdError):
+            log.warning("revoking member lease: %s (it will expire)", e)
+            return True
+        return False

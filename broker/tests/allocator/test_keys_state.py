@@ -1,0 +1,130 @@
+"""Key layout, decoding and State extraction."""
+
+from __future__ import annotations
+
+import pytest
+
+from gazette.allocator import errors, keys, routes, testing
+from gazette.broker.protocol import protocol_pb2
+
+ROOT = "/root"
+
+
+def test_key_layout_and_order() -> None:
+    assert keys.member_key(ROOT, "us-east", "foo") == "/root/members/us-east#foo"
+    assert keys.item_key(ROOT, "a/journal") == "/root/items/a/journal"
+    a = keys.Assignment("a/journal", "us-east", "foo", 2)
+    assert keys.assignment_key(ROOT, a) == "/root/assign/a/journal#us-east#foo#2"
+    # '#' sorts below legal characters, so key order is (item, zone, suffix) order.
+    k1 = keys.assignment_key(ROOT, keys.Assignment("a", "z", "s", 0))
+    k2 = keys.assignment_key(ROOT, keys.Assignment("a-b", "a", "s", 0))
+    assert k1 < k2
+    with pytest.raises(ValueError, match=r"invalid char <= '#' \(ind 3 of 'bad one'\)"):
+        keys.member_key(ROOT, "bad one", "x")
+
+
+def test_decoding() -> None:
+    decode = keys.key_value_decoder(ROOT, testing.JSONDecoder())
+    assert decode("/root/items/foo", b'{"R": 3}') == keys.Item("foo", {"R": 3}, 3)
+    m = decode("/root/members/zone#suf", b'{"R": 5, "E": true}')
+    assert m == keys.Member("zone", "suf", {"R": 5, "E": True}, 5, True)
+    a = decode("/root/assign/foo#zone#suf#1", b"consistent")
+    assert a == keys.Assignment("foo", "zone", "suf", 1) and a.value == "consistent"
+    for bad in ("/root/members/zone", "/root/assign/foo#zone#suf", "/root/other/x"):
+        with pytest.raises(errors.DecodeError):
+            decode(bad, b"{}")
+    with pytest.raises(errors.DecodeError, match="invalid slot"):
+        decode("/root/assign/foo#zone#suf#x", b"")
+
+
+def test_journal_decoder() -> None:
+    decode = keys.key_value_decoder(ROOT, routes.JournalDecoder())
+    spec = protocol_pb2.JournalSpec(name="a/j", replication=3)
+    item = decode("/root/items/a/j", spec.SerializeToString())
+    assert isinstance(item, keys.Item) and item.desired_replication == 3
+    spec.suspend.level = protocol_pb2.JournalSpec.Suspend.PARTIAL
+    assert decode("/root/items/a/j", spec.SerializeToString()).desired_replication == 1
+    with pytest.raises(errors.DecodeError, match="doesn't match Item ID"):
+        decode("/root/items/other", spec.SerializeToString())
+
+    bs = protocol_pb2.BrokerSpec(journal_limit=7, exiting=True)
+    bs.process_spec.id.zone, bs.process_spec.id.suffix = "z", "broker-1"
+    m = decode("/root/members/z#broker-1", bs.SerializeToString())
+    assert (m.item_limit, m.exiting) == (7, True)
+    with pytest.raises(errors.DecodeError, match="Suffix"):
+        decode("/root/members/z#broker-2", bs.SerializeToString())
+
+    empty = decode("/root/assign/a/j#z#broker-1#0", b"")
+    assert empty.value == protocol_pb2.Route(primary=-1)
+
+
+def test_state_extraction() -> None:
+    s = testing.build_state(
+        ROOT,
+        keys.member_key(ROOT, "us-east", "bar"),
+        members=[
+            ("us-east", "bar", 3),
+            ("us-east", "foo", 2),
+            ("us-west", "baz", 0),
+            ("us-west", "qux", 4),
+        ],
+        items=[("item-1", 2), ("item-2", 1), ("item-3", 3)],
+        assignments=[
+            ("item-1", "us-east", "bar", 0),
+            ("item-1", "us-west", "qux", 1),
+            ("item-2", "us-east", "foo", 0),
+            ("item-3", "us-east", "bar", 1),
+            ("item-3", "us-west", "gone", 0),
+            ("item-9", "us-east", "bar", 0),  # no such item
+        ],
+    )
+    assert s.zones == ["us-east", "us-west"]
+    assert s.zone_slots == [5, 4]
+    assert (s.member_slots, s.item_slots) == (9, 6)
+    assert s.local_member_index == 0
+    assert [li.item.decoded.id for li in s.local_items] == ["item-1", "item-3"]
+    assert [li.assignment.slot for li in s.local_items] == [0, 1]
+    assert s.member_total_count == [2, 1, 0, 1]
+    assert s.member_primary_count == [1, 1, 0, 0]
+    assert s.is_leader() and not s.should_exit()
+    assert s.find_item("item-2") == 1 and s.find_item("nope") == -1
+
+
+def test_shed_capacity_oldest_exiting_first() -> None:
+    members = [("a", "m1", 10, True), ("a", "m2", 10, True), ("b", "m3", 10), ("b", "m4", 10, True)]
+    s = testing.build_state(ROOT, "", members, [("i", 2), ("j", 3)])
+    # 40 member slots, 5 item slots: 35 spare. At most 4 - 3 = 1 member sheds.
+    assert s.shed_capacity == [10, 0, 0, 0]
+    assert s.member_slots == 30
+    s2 = testing.build_state(ROOT, "", members, [("i", 1)] * 1)
+    assert s2.shed_capacity == [10, 10, 0, 10]  # 4 - 1 = 3 may shed; 39 spare
+    hashes = {s.network_hash, s2.network_hash}
+    assert len(hashes) == 2
+
+
+def test_leader_is_oldest_member() -> None:
+    s = testing.build_state(
+        ROOT, keys.member_key(ROOT, "b", "x"), [("b", "x", 1), ("a", "y", 1)], []
+    )
+    # ("b","x") was created first (argument order = create revision).
+    assert s.is_leader()
+    s2 = testing.build_state(
+        ROOT, keys.member_key(ROOT, "a", "y"), [("b", "x", 1), ("a", "y", 1)], []
+    )
+    assert not s2.is_leader()
+
+
+def test_route_of_and_consistency() -> None:
+    s = testing.build_state(
+        ROOT,
+        "",
+        [("a", "m1", 1), ("b", "m2", 1)],
+        [("j", 2)],
+        [("j", "a", "m1", 1), ("j", "b", "m2", 0)],
+    )
+    asn = s.assignments_of(0)
+    rt = routes.route_of(asn)
+    assert [(m.zone, m.suffix) for m in rt.members] == [("a", "m1"), ("b", "m2")]
+    assert rt.primary == 1
+    # Values here are strings, not Routes: not consistent.
+    assert not routes.journal_is_consistent(s.item(0), asn[0], asn)
