@@ -1,0 +1,107 @@
+"""`make up` / `make down`: a detached etcd that `down` stops, and only it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from gazette.gazctl import devcluster
+
+pytestmark = pytest.mark.integration
+
+
+def run(*args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "gazette.gazctl.devcluster", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return out.stdout
+
+
+@pytest.fixture
+def data(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
+    """A data dir; whatever `up` recorded there is killed at the end, whatever the outcome."""
+    yield tmp_path
+    for process in devcluster.read_state(tmp_path):
+        if devcluster.is_running(process):
+            os.kill(process.pid, signal.SIGKILL)
+
+
+def healthy(endpoint: str) -> bool:
+    with urllib.request.urlopen(f"{endpoint}/health", timeout=5) as resp:
+        return b'"health":"true"' in resp.read()
+
+
+def test_up_then_down_leaves_nothing_behind(data: pathlib.Path) -> None:
+    out = run("up", "--data", str(data), "--etcd-port", "0")
+    (etcd,) = devcluster.read_state(data)
+    assert etcd.name == "etcd"
+    assert f"pid {etcd.pid}" in out and etcd.endpoint in out and "make down" in out
+    assert devcluster.is_running(etcd)
+    assert healthy(etcd.endpoint)
+    assert (data / "etcd" / "data").is_dir()
+
+    # Up again: idempotent, the same process.
+    again = run("up", "--data", str(data), "--etcd-port", "0")
+    assert "already up" in again
+    assert devcluster.read_state(data) == [etcd]
+    assert f"etcd  pid {etcd.pid}" in run("status", "--data", str(data))
+
+    assert f"stopped etcd (pid {etcd.pid})" in run("down", "--data", str(data))
+    assert not devcluster.is_running(etcd)
+    assert devcluster.read_state(data) == []
+    assert "nothing to stop" in run("down", "--data", str(data))
+    assert "nothing running" in run("status", "--data", str(data))
+
+
+def test_up_says_when_the_port_is_taken(data: pathlib.Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = run("up", "--data", str(data), "--etcd-port", str(port))
+    assert f"port {port} is already in use" in out
+    (etcd,) = devcluster.read_state(data)
+    assert not etcd.endpoint.endswith(f":{port}")
+    assert healthy(etcd.endpoint)
+    run("down", "--data", str(data))
+    assert not devcluster.is_running(etcd)
+
+
+def test_down_leaves_other_processes_alone(data: pathlib.Path) -> None:
+    # A recorded pid that now runs something else (pid reuse) must survive `down`.
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        state = {
+            "processes": [
+                {
+                    "name": "etcd",
+                    "pid": other.pid,
+                    "argv": ["/some/etcd", "--data-dir", str(data)],
+                    "endpoint": "http://127.0.0.1:1",
+                    "log": "",
+                }
+            ]
+        }
+        (data / devcluster.STATE_FILE).write_text(json.dumps(state))
+        out = run("down", "--data", str(data))
+        assert "is not running" in out
+        assert other.poll() is None
+        assert not (data / devcluster.STATE_FILE).exists()
+    finally:
+        other.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            other.wait(10)
