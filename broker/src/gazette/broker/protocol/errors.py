@@ -1,0 +1,45 @@
+"""Errors of the protocol layer.
+
+Hierarchy::
+
+    ValueError
+     └── ValidationError      a message or value breaks a rule of the protocol
+
+A `ValidationError` carries the dotted path of fields leading to the offending
+value (`context`) and the rule it broke (`reason`). Nested validators add their
+field name in front of the context as the error travels outwards, so the final
+text reads like Gazette's, e.g. ``Fragment.Journal: must be a clean path (a//b)``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ValidationError"]
+
+
+class ValidationError(ValueError):
+    """A protocol message or value is not well-formed.
+
+    ``str(e)`` is ``".".join(e.context) + ": " + e.reason``, or just the reason
+    when the context is empty.
+    """
+
+    context: tuple[str, ...]
+    reason: str
+
+    def __init__(self, reason: str, context: tuple[str, ...] = ()) -> None:
+        super().__init__(reason, context)
+        self.reason = reason
+        self.context = context
+
+    def within(self, field: str) -> ValidationError:
+        """Prefix `field` to the context (in place) and return self, for re-raising."""
+        self.context = (field, *self.context)
+        return self
+
+    def __str__(self) -> str:
+        if self.context:
+            return ".".join(self.context) + ": " + self.reason
+        return self.reason
+
+    def __repr__(self) -> str:
+        return f"ValidationError({str(self)!r})"
