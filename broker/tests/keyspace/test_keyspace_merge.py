@@ -7,13 +7,14 @@ import itertools
 import logging
 
 import aetcd.rpc
+import grpc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gazette import keyspace
 from gazette.broker.protocol import protocol_pb2
-from gazette.keyspace import errors, key_space
+from gazette.keyspace import errors, etcd, key_space
 from gazette.keyspace import key_values as kvs
 
 CLUSTER = 77
@@ -406,6 +407,32 @@ def test_watch_endings_are_classified() -> None:
     assert no_leader is key_space._Restart.NO_LEADER
     other = st_.take(watch_response(canceled=True, cancel_reason="permission denied"), [])
     assert isinstance(other, errors.EtcdError)
+
+
+def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+
+
+def test_stream_errors_restart_or_end_the_watch() -> None:
+    st_ = key_space._WatchState(11)
+    no_leader = rpc_error(grpc.StatusCode.UNAVAILABLE, "etcdserver: no leader")
+    assert st_.take(no_leader, []) is key_space._Restart.NO_LEADER
+    refused = rpc_error(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses")
+    assert st_.take(refused, []) is key_space._Restart.UNAVAILABLE
+    # Seen while etcd shuts down ("malformed header: missing HTTP content-type").
+    unknown = rpc_error(grpc.StatusCode.UNKNOWN, "malformed header")
+    assert st_.take(unknown, []) is key_space._Restart.UNAVAILABLE
+    denied = st_.take(rpc_error(grpc.StatusCode.PERMISSION_DENIED, "no"), [])
+    assert isinstance(denied, errors.EtcdError)
+    assert denied.code == "PERMISSION_DENIED"
+    assert isinstance(denied.__cause__, grpc.aio.AioRpcError)
+
+
+async def test_connect_refuses_addresses_it_cannot_dial() -> None:
+    with pytest.raises(errors.EtcdError, match="unsupported etcd address scheme"):
+        await etcd.connect("https://etcd:2379")
+    with pytest.raises(errors.EtcdError, match="has no host"):
+        await etcd.connect("http://:2379")
 
 
 def test_backoff_schedule() -> None:

@@ -15,7 +15,6 @@ from typing import NamedTuple
 
 import aetcd
 import aetcd.rpc
-import grpc
 
 from gazette.broker.protocol import protocol_pb2
 from gazette.keyspace import etcd
@@ -113,13 +112,10 @@ async def apply_changes(
                 aetcd.rpc.RequestOp(request_put=aetcd.rpc.PutRequest(key=key, value=change.value))
             )
 
-    stub = await etcd.kv_stub(client)
-    try:
-        resp = await stub.Txn(
-            aetcd.rpc.TxnRequest(compare=compares, success=ops),
-            metadata=etcd.metadata(client),
-        )
-    except grpc.aio.AioRpcError as e:
-        raise etcd.rpc_error(e, f"applying {len(ops)} changes under {root}") from e
+    resp = await etcd.txn(
+        client,
+        aetcd.rpc.TxnRequest(compare=compares, success=ops),
+        f"applying {len(ops)} changes under {root}",
+    )
     header = etcd.header_of(resp.header)
     return ApplyResult(succeeded=bool(resp.succeeded), revision=int(header.revision), etcd=header)

@@ -33,6 +33,7 @@ __all__ = [
     "kv_stub",
     "metadata",
     "rpc_error",
+    "txn",
     "watch_stub",
 ]
 
@@ -155,6 +156,20 @@ def key_value_of(kv: Any) -> kvs.KeyValue:
         version=kv.version,
         lease=kv.lease,
     )
+
+
+async def txn(client: aetcd.Client, request: aetcd.rpc.TxnRequest, what: str) -> Any:
+    """Run a raw etcd transaction (its ``TxnResponse``: ``succeeded``, ``header``, ``responses``).
+
+    Raw, unlike ``aetcd.Client.transaction``, so callers get the header revision
+    and every request field (e.g. ``PutRequest.ignore_lease``). Failures raise
+    EtcdError saying ``what`` failed.
+    """
+    stub = await kv_stub(client)
+    try:
+        return await stub.Txn(request, metadata=metadata(client))
+    except grpc.aio.AioRpcError as e:
+        raise rpc_error(e, what) from e
 
 
 async def delete_all(client: aetcd.Client) -> int:
