@@ -55,6 +55,14 @@ protos-check: $(VENV)/.installed ## Fail when the generated protocol code is sta
 	@if ! git diff --quiet --exit-code -- '*_pb2*' || [ -n "$$(git ls-files --others --exclude-standard -- '*_pb2*')" ]; then \
 		git --no-pager diff --stat -- '*_pb2*'; echo "generated protocol code is stale: run 'make protos' and commit"; exit 1; fi
 
+.PHONY: crds
+crds: $(VENV)/.installed ## Render crds/*.yaml from gazette.operator.crd (the one source of the CRDs).
+	$(PY) -m gazette.operator.crds crds
+
+.PHONY: apiserver
+apiserver: ## Build kube-apiserver, kubectl, kube-controller-manager, kube-scheduler into .cache/k8s/<version>/bin (Go; slow once).
+	@e2e/apiserver/build.sh
+
 .PHONY: lint
 lint: $(VENV)/.installed ## ruff (format + lint), mypy --strict on src, import-linter, fresh protos and CRDs.
 	$(VENV)/bin/ruff format --check .
@@ -62,6 +70,7 @@ lint: $(VENV)/.installed ## ruff (format + lint), mypy --strict on src, import-l
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	@$(MAKE) -s protos-check
+	@$(PY) -m gazette.operator.crds crds --check
 
 .PHONY: fmt
 fmt: $(VENV)/.installed ## Format and auto-fix with ruff.

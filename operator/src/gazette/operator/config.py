@@ -1,0 +1,137 @@
+"""Configuration of ``python -m gazette.operator``: flags, environment, a frozen dataclass."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import posixpath
+from collections.abc import Mapping, Sequence
+
+from gazette.operator import handlers, reconcile
+
+__all__ = ["OperatorConfig", "parse_args"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OperatorConfig:
+    """Everything the operator process is told.
+
+    Either ``namespaces`` (kopf patterns) or ``all_namespaces``. ``liveness`` is a kopf liveness endpoint
+    URL such as ``http://0.0.0.0:8080/healthz``, or empty for none.
+    """
+
+    etcd_address: str = "http://localhost:2379"
+    handlers: handlers.HandlerConfig = dataclasses.field(default_factory=handlers.HandlerConfig)
+    namespaces: tuple[str, ...] = ()
+    all_namespaces: bool = False
+    liveness: str = ""
+    log_level: str = "INFO"
+
+
+def _root(flag: str, value: str) -> str:
+    # A clean absolute path without a trailing slash, as Gazette requires of --etcd.prefix.
+    if not value.startswith("/") or value == "/" or posixpath.normpath(value) != value:
+        raise argparse.ArgumentTypeError(f"{flag} must be a clean absolute path ({value!r})")
+    return value
+
+
+def parse_args(
+    argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+) -> OperatorConfig:
+    """Parse flags; each flag's default comes from the environment variable named in --help."""
+    env = os.environ if environ is None else environ
+    p = argparse.ArgumentParser(
+        prog="python -m gazette.operator",
+        description="Reconcile Journal and Shard objects of one Gazette cluster into its etcd.",
+    )
+    p.add_argument(
+        "--etcd.address",
+        dest="etcd_address",
+        default=env.get("ETCD_ADDRESS", "http://localhost:2379"),
+        help="etcd service address (env ETCD_ADDRESS; default %(default)s)",
+    )
+    p.add_argument(
+        "--etcd.prefix",
+        dest="broker_root",
+        default=env.get("ETCD_PREFIX", "/gazette/cluster"),
+        help="the brokers' etcd prefix: Journals go under <prefix>/items/ "
+        "(env ETCD_PREFIX; default %(default)s)",
+    )
+    p.add_argument(
+        "--consumers.prefix",
+        dest="consumers_root",
+        default=env.get("CONSUMERS_PREFIX", "/gazette/consumers"),
+        help="folder of consumer applications' etcd prefixes: Shards labelled "
+        "gazette.dev/consumer=APP go under <prefix>/APP/items/ "
+        "(env CONSUMERS_PREFIX; default %(default)s)",
+    )
+    p.add_argument(
+        "--cluster",
+        default=env.get("GAZETTE_CLUSTER", "default"),
+        help="serve objects labelled gazette.dev/cluster=CLUSTER "
+        "(env GAZETTE_CLUSTER; default %(default)s)",
+    )
+    p.add_argument(
+        "--namespace",
+        dest="namespaces",
+        action="append",
+        default=None,
+        help="a namespace to serve; repeatable; globs allowed "
+        "(env WATCH_NAMESPACES, comma-separated)",
+    )
+    p.add_argument(
+        "--all-namespaces", action="store_true", help="serve every namespace (cluster-wide)"
+    )
+    p.add_argument(
+        "--resync-interval",
+        type=float,
+        default=float(env.get("RESYNC_INTERVAL", "60")),
+        help="seconds between periodic passes restoring specs edited in etcd "
+        "(env RESYNC_INTERVAL; default %(default)s)",
+    )
+    p.add_argument(
+        "--retry-delay",
+        type=float,
+        default=5.0,
+        help="seconds before retrying after an etcd failure (default %(default)s)",
+    )
+    p.add_argument(
+        "--liveness",
+        default=env.get("LIVENESS_ENDPOINT", ""),
+        help="kopf liveness endpoint, e.g. http://0.0.0.0:8080/healthz",
+    )
+    p.add_argument(
+        "--log.level",
+        dest="log_level",
+        default=env.get("LOG_LEVEL", "INFO"),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+    )
+    args = p.parse_args(argv)
+    try:
+        broker_root = _root("--etcd.prefix", args.broker_root)
+        consumers_root = _root("--consumers.prefix", args.consumers_root)
+    except argparse.ArgumentTypeError as e:
+        p.error(str(e))
+    namespaces = args.namespaces
+    if namespaces is None:
+        namespaces = [ns for ns in env.get("WATCH_NAMESPACES", "").split(",") if ns]
+    if args.all_namespaces == bool(namespaces):
+        p.error("give either --all-namespaces or --namespace (or $WATCH_NAMESPACES)")
+    if args.resync_interval <= 0 or args.retry_delay <= 0:
+        p.error("--resync-interval and --retry-delay must be positive")
+    return OperatorConfig(
+        etcd_address=args.etcd_address,
+        handlers=handlers.HandlerConfig(
+            reconcile=reconcile.ReconcileConfig(
+                broker_root=broker_root, consumers_root=consumers_root
+            ),
+            cluster=args.cluster,
+            resync_interval=args.resync_interval,
+            retry_delay=args.retry_delay,
+        ),
+        namespaces=tuple(namespaces),
+        all_namespaces=args.all_namespaces,
+        liveness=args.liveness,
+        log_level=args.log_level,
+    )

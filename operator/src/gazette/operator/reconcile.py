@@ -1,0 +1,383 @@
+"""Reconciling one Journal or Shard object into etcd: the operator's logic, free of kopf.
+
+Every function here takes the object as the plain dict the API server returns
+(its ``body``) and a :class:`SpecStore`, the seam to etcd, and returns what it
+did. The kopf handlers of :mod:`gazette.operator.handlers` are thin wrappers,
+so the rules below are unit-tested by calling these functions directly with an
+in-memory store (:class:`gazette.operator.testing.MemorySpecStore`).
+
+The rules:
+
+* The object's spec is mapped (:mod:`gazette.operator.mapping`) and validated
+  by the protocol's own validation, as the Apply RPCs validate: a failure is
+  ``InvalidSpec`` and nothing is written.
+* Its etcd key is ``<root>/items/<name>``: the root is the broker cluster's
+  prefix for Journals, and ``<consumers prefix>/<gazette.dev/consumer label>``
+  for Shards.
+* Several objects may name the same key (in other namespaces, say). The oldest
+  (creation time, then namespace, name and uid) owns it; the others report
+  ``ResourceConflict`` and write nothing. When the owner goes, the next oldest
+  takes over on its next pass.
+* The spec is written with the Apply RPCs' checked transaction
+  (:func:`gazette.keyspace.apply_changes`), guarded by the mod revision just
+  read, and only when it differs from what etcd holds (so a periodic pass over
+  unchanged objects writes nothing). A JournalSpec's ``suspend``, which brokers
+  write, is carried over from etcd.
+* A paused object writes nothing and reports ``Paused``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from google.protobuf import message as pbmessage
+
+from gazette import keyspace
+from gazette.broker import protocol as pb
+from gazette.consumer import protocol as pc
+from gazette.operator import crd, errors, mapping
+
+__all__ = [
+    "JOURNALS",
+    "SHARDS",
+    "Claim",
+    "Outcome",
+    "Reason",
+    "ReconcileConfig",
+    "SpecKind",
+    "SpecStore",
+    "Stored",
+    "claim_key",
+    "claim_of",
+    "delete",
+    "is_paused",
+    "is_unmanaged",
+    "reconcile",
+]
+
+logger = logging.getLogger(__name__)
+
+#: How many times a write is retried when another writer raced us between read and write.
+_WRITE_ATTEMPTS = 3
+
+
+class Reason(enum.StrEnum):
+    """Reasons of the Ready condition."""
+
+    APPLIED = "Applied"
+    INVALID_SPEC = "InvalidSpec"
+    RESOURCE_CONFLICT = "ResourceConflict"
+    ETCD_ERROR = "EtcdError"
+    PAUSED = "Paused"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReconcileConfig:
+    """Where specs go: the etcd prefixes of one Gazette cluster.
+
+    ``broker_root`` is the brokers' ``--etcd.prefix`` (Journals go under
+    ``<broker_root>/items/``); ``consumers_root`` is the folder of consumer
+    applications' prefixes (the Shards of consumer ``app`` go under
+    ``<consumers_root>/<app>/items/``).
+    """
+
+    broker_root: str = "/gazette/cluster"
+    consumers_root: str = "/gazette/consumers"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stored:
+    """A spec's value as etcd holds it."""
+
+    value: bytes
+    mod_revision: int
+
+
+class SpecStore(Protocol):
+    """The seam to etcd: read one item, apply checked changes under a root."""
+
+    async def get(self, root: str, name: str) -> Stored | None:
+        """The value of ``<root>/items/<name>``, or None when absent. Raises SpecStoreError."""
+        ...
+
+    async def apply(self, root: str, changes: Sequence[keyspace.Change]) -> keyspace.ApplyResult:
+        """:func:`gazette.keyspace.apply_changes` of ``changes``. Raises SpecStoreError."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Claim:
+    """One object's claim on an etcd key; the oldest claim of a key owns it."""
+
+    namespace: str
+    name: str
+    uid: str
+    created: str
+
+    def order(self) -> tuple[str, str, str, str]:
+        # RFC 3339 timestamps of the API server (second precision, UTC "Z") sort as text;
+        # ties, frequent for objects of one `kubectl apply`, fall to namespace and name.
+        return (self.created, self.namespace, self.name, self.uid)
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one reconcile did: the Ready condition's reason and message, and where.
+
+    ``retry`` asks the caller to try again later (etcd failed); ``mod_revision`` is the
+    key's revision after an ``Applied`` outcome.
+    """
+
+    reason: Reason
+    message: str
+    key: str = ""
+    mod_revision: int = 0
+    retry: bool = False
+
+    @property
+    def ready(self) -> bool:
+        return self.reason is Reason.APPLIED
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecKind:
+    """What differs between Journals and Shards."""
+
+    crd: crd.Kind
+    build: Callable[[Mapping[str, Any]], pbmessage.Message]
+    validate: Callable[[Any], None]
+    decode: Callable[[bytes], pbmessage.Message]
+    item: Callable[[Any], str]
+    root: Callable[[Mapping[str, str], ReconcileConfig], str]
+    carry: Callable[[Any, Any], None]
+    """Copies into the desired spec (2nd) what etcd's current spec (1st) owns."""
+
+
+def _journal_root(labels: Mapping[str, str], config: ReconcileConfig) -> str:
+    return config.broker_root
+
+
+def _shard_root(labels: Mapping[str, str], config: ReconcileConfig) -> str:
+    app = labels.get(crd.CONSUMER_LABEL, "")
+    if not app:
+        raise errors.InvalidSpecError(
+            f"missing label {crd.CONSUMER_LABEL} (the consumer application of the shard)",
+            field="metadata.labels",
+        )
+    # Kubernetes label values are [A-Za-z0-9._-] without leading or trailing symbols;
+    # only "." and ".." would make an unclean prefix.
+    if app in (".", ".."):
+        raise errors.InvalidSpecError(
+            f"invalid consumer {app!r}", field=f"metadata.labels.{crd.CONSUMER_LABEL}"
+        )
+    return f"{config.consumers_root}/{app}"
+
+
+def _carry_suspend(current: pb.JournalSpec, desired: pb.JournalSpec) -> None:
+    # Brokers write `suspend` (spec/broker.md 6.8); declaring a journal must not undo it.
+    if current.HasField("suspend"):
+        desired.suspend.CopyFrom(current.suspend)
+    else:
+        desired.ClearField("suspend")
+
+
+def _carry_nothing(current: pc.ShardSpec, desired: pc.ShardSpec) -> None:
+    del current, desired
+
+
+def _decode_journal(value: bytes) -> pb.JournalSpec:
+    return pb.JournalSpec.FromString(value)
+
+
+def _decode_shard(value: bytes) -> pc.ShardSpec:
+    return pc.ShardSpec.FromString(value)
+
+
+JOURNALS = SpecKind(
+    crd=crd.JOURNAL,
+    build=mapping.journal_spec,
+    validate=pb.validate,
+    decode=_decode_journal,
+    item=lambda spec: spec.name,
+    root=_journal_root,
+    carry=_carry_suspend,
+)
+SHARDS = SpecKind(
+    crd=crd.SHARD,
+    build=mapping.shard_spec,
+    validate=pc.validate,
+    decode=_decode_shard,
+    item=lambda spec: spec.id,
+    root=_shard_root,
+    carry=_carry_nothing,
+)
+
+
+def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = body.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _strings(value: object) -> Mapping[str, str]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def is_paused(body: Mapping[str, Any]) -> bool:
+    """Whether the object carries ``gazette.dev/paused: "true"``."""
+    return _strings(_meta(body).get("annotations")).get(crd.PAUSED_ANNOTATION) == "true"
+
+
+def is_unmanaged(body: Mapping[str, Any]) -> bool:
+    """Whether the object carries ``gazette.dev/unmanaged: "true"``."""
+    return _strings(_meta(body).get("annotations")).get(crd.UNMANAGED_ANNOTATION) == "true"
+
+
+def claim_of(body: Mapping[str, Any]) -> Claim:
+    """The claim of the object ``body`` (on whatever key it names)."""
+    meta = _meta(body)
+    return Claim(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        created=str(meta.get("creationTimestamp", "")),
+    )
+
+
+def _target(body: Mapping[str, Any], kind: SpecKind, config: ReconcileConfig) -> tuple[str, str]:
+    spec = body.get("spec")
+    name = spec.get("name") if isinstance(spec, Mapping) else None
+    if not isinstance(name, str) or not name:
+        raise errors.InvalidSpecError("missing name", field="spec.name")
+    return kind.root(_strings(_meta(body).get("labels")), config), name
+
+
+def claim_key(body: Mapping[str, Any], kind: SpecKind, config: ReconcileConfig) -> str | None:
+    """The etcd key the object names, or None when it names none (no name, no consumer).
+
+    The claim is on the name alone: an object whose spec is otherwise invalid still holds
+    its name, and says so in its status.
+    """
+    try:
+        root, name = _target(body, kind, config)
+    except errors.InvalidSpecError:
+        return None
+    return keyspace.item_key(root, name)
+
+
+def _owner(me: Claim, claims: Iterable[Claim]) -> Claim:
+    return min((me, *claims), key=Claim.order)
+
+
+async def reconcile(
+    body: Mapping[str, Any],
+    kind: SpecKind,
+    config: ReconcileConfig,
+    store: SpecStore,
+    claims: Iterable[Claim] = (),
+) -> Outcome:
+    """Make etcd hold the spec that object ``body`` declares, if it may; say what happened.
+
+    ``claims`` are the other objects naming the same key (the object's own claim may be
+    among them). Never raises for etcd failures: they come back as ``EtcdError`` with
+    ``retry`` set.
+    """
+    if is_paused(body):
+        return Outcome(Reason.PAUSED, f"annotation {crd.PAUSED_ANNOTATION} is set: etcd untouched")
+    try:
+        root, name = _target(body, kind, config)
+        spec = body.get("spec")
+        desired = kind.build(spec if isinstance(spec, Mapping) else {})
+        kind.validate(desired)
+    except (errors.InvalidSpecError, pb.ValidationError) as e:
+        return Outcome(Reason.INVALID_SPEC, str(e))
+    key = keyspace.item_key(root, name)
+    me = claim_of(body)
+    owner = _owner(me, claims)
+    if owner != me:
+        return Outcome(
+            Reason.RESOURCE_CONFLICT,
+            f"{kind.crd.kind} {owner} declared {name!r} first; this object is ignored",
+            key=key,
+        )
+    try:
+        return await _write(store, root, name, key, kind, desired)
+    except errors.SpecStoreError as e:
+        return Outcome(Reason.ETCD_ERROR, str(e), key=key, retry=True)
+
+
+async def _write(
+    store: SpecStore,
+    root: str,
+    name: str,
+    key: str,
+    kind: SpecKind,
+    desired: pbmessage.Message,
+) -> Outcome:
+    for _ in range(_WRITE_ATTEMPTS):
+        current = await store.get(root, name)
+        expect = keyspace.MUST_NOT_EXIST
+        if current is not None:
+            expect = current.mod_revision
+            try:
+                held = kind.decode(current.value)
+            except pbmessage.DecodeError:
+                # Garbage written by hand: overwrite it, guarded like any other value.
+                logger.warning("overwriting undecodable value of %s", key)
+            else:
+                kind.carry(held, desired)
+                if held == desired:
+                    return Outcome(Reason.APPLIED, "etcd holds the spec", key, current.mod_revision)
+        value = desired.SerializeToString(deterministic=True)
+        result = await store.apply(root, [keyspace.Change(name, value, expect)])
+        if result.succeeded:
+            logger.info("wrote %s at revision %d", key, result.revision)
+            return Outcome(Reason.APPLIED, "etcd holds the spec", key, result.revision)
+        # Someone else wrote the key between our read and write: read it again.
+        logger.info("%s changed under us (expected mod revision %d); retrying", key, expect)
+    return Outcome(
+        Reason.ETCD_ERROR,
+        f"{key} kept changing under {_WRITE_ATTEMPTS} checked writes",
+        key=key,
+        retry=True,
+    )
+
+
+async def delete(
+    body: Mapping[str, Any],
+    kind: SpecKind,
+    config: ReconcileConfig,
+    store: SpecStore,
+    claims: Iterable[Claim] = (),
+) -> str:
+    """Remove the spec of object ``body`` from etcd, if this object owns it; say what happened.
+
+    Called only for ``deletionPolicy: Delete``. A paused object, or one that another
+    object out-claims, leaves etcd alone. Raises SpecStoreError when etcd fails (the
+    caller retries, holding its finalizer).
+    """
+    if is_paused(body):
+        return f"paused: the spec stays in etcd ({crd.PAUSED_ANNOTATION})"
+    try:
+        root, name = _target(body, kind, config)
+    except errors.InvalidSpecError as e:
+        return f"nothing to delete: {e}"
+    key = keyspace.item_key(root, name)
+    owner = _owner(claim_of(body), claims)
+    if owner != claim_of(body):
+        return f"{key} belongs to {owner}: left in etcd"
+    for _ in range(_WRITE_ATTEMPTS):
+        current = await store.get(root, name)
+        if current is None:
+            return f"{key} is not in etcd"
+        result = await store.apply(root, [keyspace.Change(name, None, current.mod_revision)])
+        if result.succeeded:
+            logger.info("deleted %s at revision %d", key, result.revision)
+            return f"deleted {key} at revision {result.revision}"
+    raise errors.SpecStoreError(f"{key} kept changing under {_WRITE_ATTEMPTS} checked deletes")

@@ -1,0 +1,50 @@
+"""Running the operator: an etcd client, the kopf registry, and kopf's own main loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import kopf
+
+from gazette import keyspace
+from gazette.operator import config, handlers, store
+
+__all__ = ["run"]
+
+logger = logging.getLogger(__name__)
+
+
+async def run(
+    cfg: config.OperatorConfig,
+    *,
+    stop: asyncio.Event | None = None,
+    ready: asyncio.Event | None = None,
+) -> None:
+    """Serve until ``stop`` is set (or SIGINT / SIGTERM in the main thread).
+
+    ``ready`` is set once kopf has listed the objects and indexed their claims.
+    Runs standalone (no kopf peering): deploy one replica.
+    """
+    client = await keyspace.connect(cfg.etcd_address)
+    try:
+        registry = handlers.build_registry(cfg.handlers, store.EtcdSpecStore(client))
+        logger.info(
+            "serving cluster %r into etcd %s (journals under %s, shards under %s/<consumer>)",
+            cfg.handlers.cluster,
+            cfg.etcd_address,
+            cfg.handlers.reconcile.broker_root,
+            cfg.handlers.reconcile.consumers_root,
+        )
+        await kopf.operator(
+            registry=registry,
+            settings=handlers.operator_settings(),
+            standalone=True,
+            clusterwide=cfg.all_namespaces,
+            namespaces=cfg.namespaces,
+            liveness_endpoint=cfg.liveness or None,
+            stop_flag=stop,
+            ready_flag=ready,
+        )
+    finally:
+        await client.close()
