@@ -56,8 +56,9 @@ _MONTHS = [
 _DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 
 
-def _err(msg: str) -> ValidationError:
-    return ValidationError(f"template: postfix: {msg}")
+def _err(msg: str, line: int = 1) -> ValidationError:
+    # Go's text/template names the template and line ("template: postfix:1: ...").
+    return ValidationError(f"template: postfix:{line}: {msg}")
 
 
 # ---------------------------------------------------------------------------
@@ -300,7 +301,7 @@ _TIME_METHODS: dict[str, Callable[[datetime.datetime], Any]] = {
 }
 
 
-def _print(value: Any, at: str) -> str:
+def _print(value: Any, field: _Field) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
@@ -316,7 +317,10 @@ def _print(value: Any, at: str) -> str:
     if value is None:
         return "<nil>"
     kind = value.type_name if isinstance(value, _Opaque) else "struct"
-    raise _err(f'executing "postfix" at <{at}>: printing a {kind} value is not supported')
+    raise _err(
+        f'executing "postfix" at <{field.text}>: printing a {kind} value is not supported',
+        field.line,
+    )
 
 
 def _enum(wrapper: Any, value: int) -> _Enum:
@@ -395,6 +399,7 @@ class _Field:
     path: tuple[str, ...]  # Empty: the dot itself.
     args: tuple[str, ...]  # String arguments of a final method call.
     text: str  # As written, for messages.
+    line: int = 1
 
 
 _Part = str | _Field
@@ -426,36 +431,40 @@ def _unquote(body: str) -> str:
     return "".join(out)
 
 
-def _parse_action(body: str) -> _Field | None:
+def _parse_action(body: str, line: int) -> _Field | None:
     text = body.strip()
     if text.startswith("/*"):
         if not text.endswith("*/"):
-            raise _err("unclosed comment")
+            raise _err("unclosed comment", line)
         return None
     if text == "":
-        raise _err("missing value for command")
+        raise _err("missing value for command", line)
+    if "|" in _STRING_RE.sub("", text):
+        raise _err(f"pipelines are not supported ({{{{{text}}}}})", line)
     m = _FIELD_RE.match(text)
     if m is None:
         word = _SPACE_RE.split(text, maxsplit=1)[0]
         if word in _KEYWORDS:
-            raise _err(f"{{{{{word}}}}} actions are not supported (only field paths)")
+            raise _err(f"{{{{{word}}}}} actions are not supported (only field paths)", line)
         if word.startswith("$"):
-            raise _err(f"variables are not supported ({word})")
-        raise _err(f"unsupported action {{{{{text}}}}} (only field paths and time methods)")
+            raise _err(f"variables are not supported ({word})", line)
+        raise _err(f"unsupported action {{{{{text}}}}} (only field paths and time methods)", line)
     path = tuple(p for p in m.group(0).split(".") if p)
     args: list[str] = []
     pos = m.end()
     while pos < len(text):
         sp = _SPACE_RE.match(text, pos)
         if sp is None:
-            raise _err(f"unsupported action {{{{{text}}}}} (only field paths and time methods)")
+            raise _err(
+                f"unsupported action {{{{{text}}}}} (only field paths and time methods)", line
+            )
         pos = sp.end()
         sm = _STRING_RE.match(text, pos)
         if sm is None:
-            raise _err(f"unsupported argument in {{{{{text}}}}} (only string literals)")
+            raise _err(f"unsupported argument in {{{{{text}}}}} (only string literals)", line)
         args.append(_unquote(sm.group(1)) if sm.group(1) is not None else sm.group(2))
         pos = sm.end()
-    return _Field(path, tuple(args), m.group(0))
+    return _Field(path, tuple(args), m.group(0), line)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -473,14 +482,15 @@ def compile_template(template: str) -> tuple[_Part, ...]:
             if literal:
                 parts.append(literal)
             break
+        line = template.count("\n", 0, start) + 1
         m = _ACTION.match(template, start)
         if m is None:
-            raise _err("unclosed action")
+            raise _err("unclosed action", line)
         if m.group(1):
             literal = literal.rstrip(" \t\r\n")
         if literal:
             parts.append(literal)
-        action = _parse_action(m.group(2))
+        action = _parse_action(m.group(2), line)
         if action is not None:
             parts.append(action)
         pending_trim = bool(m.group(3))
@@ -496,20 +506,29 @@ def _evaluate(field: _Field, data: Mapping[str, Any]) -> Any:
         if isinstance(value, datetime.datetime):
             if name == "Format":
                 if not last or len(field.args) != 1:
-                    raise _err(f'executing "postfix" at <{at}>: Format expects one layout argument')
+                    raise _err(
+                        f'executing "postfix" at <{at}>: Format expects one layout argument',
+                        field.line,
+                    )
                 return format_go_time(value, field.args[0])
             method = _TIME_METHODS.get(name)
             if method is None:
-                raise _err(f'executing "postfix" at <{at}>: time method {name} is not supported')
+                raise _err(
+                    f'executing "postfix" at <{at}>: time method {name} is not supported',
+                    field.line,
+                )
             value = method(value)
             continue
         if value is None:
-            raise _err(f'executing "postfix" at <{at}>: nil pointer evaluating {name}')
+            raise _err(f'executing "postfix" at <{at}>: nil pointer evaluating {name}', field.line)
         if not isinstance(value, dict) or name not in value:
-            raise _err(f'executing "postfix" at <{at}>: can\'t evaluate field {name}')
+            raise _err(f'executing "postfix" at <{at}>: can\'t evaluate field {name}', field.line)
         value = value[name]
     if field.args:
-        raise _err(f'executing "postfix" at <{at}>: {field.text} is not a method but has arguments')
+        raise _err(
+            f'executing "postfix" at <{at}>: {field.text} is not a method but has arguments',
+            field.line,
+        )
     return value
 
 
@@ -519,7 +538,7 @@ def _render(parts: tuple[_Part, ...], data: Mapping[str, Any]) -> str:
         if isinstance(part, str):
             out.append(part)
         else:
-            out.append(_print(_evaluate(part, data), part.text))
+            out.append(_print(_evaluate(part, data), part))
     return "".join(out)
 
 

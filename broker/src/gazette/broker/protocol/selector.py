@@ -66,7 +66,8 @@ def parse_selector(text: str) -> LabelSelector:
     Raises ValidationError with Gazette's messages, e.g.
     ``could not match "=x" to a label selector expression``.
     """
-    out = LabelSelector()
+    # Both groups are present (if empty), as Go always has and sends them.
+    out = LabelSelector(include=LabelSet(), exclude=LabelSet())
     include, exclude = out.include, out.exclude
     pos, n = 0, len(text)
     while pos != n:
