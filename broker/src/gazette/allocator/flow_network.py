@@ -3,8 +3,7 @@
 Nodes: 0 source, 1 sink, then one node per item, one per (item, zone)
 "zone-item", one per member::
 
-    source -> item         capacity = desired replication (clipped by a
-                           global budget of member slots, in item order)
+    source -> item         capacity = desired replication
     item -> zone-item      three pages: zones the item is in now (keep), an
                            even spread ceil(R/zones), then max(R-1, 1) per zone;
                            that last bound forces >= 2 zones. Once the item is
@@ -23,6 +22,7 @@ This is the structure of Gazette's ``sparse_flow_network.go``.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Sequence
 
 from gazette.allocator import keys, push_relabel
@@ -125,15 +125,12 @@ class SparseFlowNetwork:
         return (Arc(SINK, c),), PAGE_EOF
 
     def _source_arcs(self) -> list[Arc]:
-        # Replication beyond the cluster's member slots only slows the solver:
-        # clip item capacities to a budget of member slots, in item order.
-        remaining = self.s.member_slots
-        out = []
-        for item, r in enumerate(self.replication):
-            c = min(r, remaining)
-            remaining -= c
-            out.append(Arc(self.first_item_node + item, c))
-        return out
+        # Gazette clips these capacities to a greedy budget of member slots, in
+        # item order, to speed over-subscribed networks. That loses optimality
+        # (an early item may take budget it can't place: one member of limit 2,
+        # items of replication 2 and 1 get 1 replica, not 2), which our property
+        # test found; capacities here are the full desired replication.
+        return [Arc(self.first_item_node + item, r) for item, r in enumerate(self.replication)]
 
     def _all_item_arcs(self, item: int, c: int) -> list[Arc]:
         base = self.first_zone_item_node + item * self.nz
@@ -172,4 +169,79 @@ def solve_push_relabel(state: State) -> list[keys.Assignment]:
         network = SparseFlowNetwork(state, begin, end)
         mf = push_relabel.find_max_flow(network)
         network.extract(mf, out)
+    return augment_to_maximum(state, out)
+
+
+def augment_to_maximum(state: State, desired: list[keys.Assignment]) -> list[keys.Assignment]:
+    """Complete a solution to a maximum assignment with augmenting paths.
+
+    The height-dependent capacities of the network steer push/relabel well but
+    can stop it short of a maximum flow (our property test finds such cases,
+    e.g. an item of replication 4 over 4 members and two of replication 2
+    sharing them). Where items lack replicas and members have room, this looks
+    for alternating paths (an item takes a member, whose other item moves to
+    another member, ...) ending at a member with room, ignoring zones. It costs
+    nothing when every item is fully replicated or no member has room.
+    """
+    ni, nm = len(state.items), len(state.members)
+    index = {state.item(i).id: i for i in range(ni)}
+    assigned: list[set[int]] = [set() for _ in range(ni)]
+    holding: list[set[int]] = [set() for _ in range(nm)]
+    for a in desired:
+        i, m = index[a.item_id], state.member_index[(a.member_zone, a.member_suffix)]
+        assigned[i].add(m)
+        holding[m].add(i)
+    need = [state.item(i).desired_replication - len(assigned[i]) for i in range(ni)]
+    room = [state.effective_limit(m) - len(holding[m]) for m in range(nm)]
+    if not any(n > 0 for n in need) or not any(r > 0 for r in room):
+        return desired
+    zones = set(state.zones)
+    candidates = [m for m in range(nm) if state.member(m).zone in zones]
+
+    augmented = 0
+    while True:
+        # Multi-source BFS from items lacking replicas.
+        item_from: dict[int, int] = {i: -1 for i in range(ni) if need[i] > 0}
+        member_from: dict[int, int] = {}
+        queue = collections.deque(item_from)
+        found = -1
+        while queue and found == -1:
+            i = queue.popleft()
+            for m in candidates:
+                if m in member_from or m in assigned[i]:
+                    continue
+                member_from[m] = i
+                if room[m] > 0:
+                    found = m
+                    break
+                for i2 in holding[m]:
+                    if i2 not in item_from:
+                        item_from[i2] = m
+                        queue.append(i2)
+        if found == -1:
+            break
+        room[found] -= 1
+        m = found
+        while True:
+            i = member_from[m]
+            assigned[i].add(m)
+            holding[m].add(i)
+            prev = item_from[i]
+            if prev == -1:
+                need[i] -= 1
+                break
+            assigned[i].discard(prev)
+            holding[prev].discard(i)
+            m = prev
+        augmented += 1
+
+    if not augmented:
+        return desired
+    out = []
+    for i in range(ni):
+        item_id = state.item(i).id
+        for m in assigned[i]:
+            mem = state.member(m)
+            out.append(keys.Assignment(item_id, mem.zone, mem.suffix))
+    out.sort()
     return out

@@ -164,6 +164,17 @@ class State:
 
         self.network_hash = int.from_bytes(h.digest(), "big")
 
+    def __repr__(self) -> str:
+        ms = [
+            (m.zone, m.suffix, m.item_limit, m.exiting) for m in (kv.decoded for kv in self.members)
+        ]
+        its = [(i.id, i.desired_replication) for i in (kv.decoded for kv in self.items)]
+        asn = [
+            (a.item_id, a.member_zone, a.member_suffix, a.slot)
+            for a in (kv.decoded for kv in self.assignments)
+        ]
+        return f"State(members={ms}, items={its}, assignments={asn})"
+
     # -- lookups -----------------------------------------------------------
 
     def member(self, index: int) -> keys.Member:
