@@ -19,13 +19,13 @@ DIGEST = bytes(range(1, 21))
 
 
 def _frag(**kw) -> pb.Fragment:
-    base = dict(
-        journal="a/journal",
-        begin=1234567890,
-        end=(1 << 63) - 1,
-        sum=pb.sha1sum_from_digest(DIGEST),
-        compression_codec=pb.GZIP,
-    )
+    base = {
+        "journal": "a/journal",
+        "begin": 1234567890,
+        "end": (1 << 63) - 1,
+        "sum": pb.sha1sum_from_digest(DIGEST),
+        "compression_codec": pb.GZIP,
+    }
     base.update(kw)
     return pb.Fragment(**base)
 
@@ -175,7 +175,7 @@ def test_parse_journal_errors() -> None:
 
 _journals = (
     st.lists(
-        st.text(st.sampled_from(list("abc09-_+.=%") + ["é"]), min_size=1, max_size=6).filter(
+        st.text(st.sampled_from([*list("abc09-_+.=%"), "é"]), min_size=1, max_size=6).filter(
             lambda s: s not in (".", "..")
         ),
         min_size=1,

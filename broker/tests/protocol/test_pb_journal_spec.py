@@ -44,9 +44,7 @@ def _set(path: str, value):  # Returns a mutator of a fresh spec.
         target = spec
         for p in parents:
             target = getattr(target, p)
-        if isinstance(value, pb.LabelSet):
-            getattr(target, leaf).CopyFrom(value)
-        elif isinstance(value, pb.Duration):
+        if isinstance(value, (pb.LabelSet, pb.Duration)):
             getattr(target, leaf).CopyFrom(value)
         elif isinstance(value, list):
             del getattr(target, leaf)[:]

@@ -186,14 +186,14 @@ def test_labelset_rules() -> None:
 
 
 def test_single_value_labels() -> None:
-    assert pb.SINGLE_VALUE_LABELS == {
+    assert {
         pb.LABEL_CONTENT_TYPE,
         pb.LABEL_INSTANCE,
         pb.LABEL_MANAGED_BY,
         pb.LABEL_MESSAGE_SUBTYPE,
         pb.LABEL_MESSAGE_TYPE,
         pb.LABEL_REGION,
-    }
+    } == pb.SINGLE_VALUE_LABELS
     assert pb.LABEL_TAG not in pb.SINGLE_VALUE_LABELS
     pb.validate_single_value_labels(pb.label_set([(pb.LABEL_TAG, "a"), (pb.LABEL_TAG, "b")]))
     assert (
