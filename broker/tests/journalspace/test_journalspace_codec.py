@@ -39,6 +39,7 @@ max_append_rate: 5000000
 children:
 - delete: true
   name: orders/cancelled
+  revision: 12
 - name: orders/placed/eu
 - comment: The busiest partition.
   name: orders/placed/us
@@ -70,7 +71,7 @@ def test_fixture_loads_to_the_expected_tree() -> None:
         flags=pb.JournalSpec.O_RDONLY,
         max_append_rate=5_000_000,
         children=[
-            js.Node(delete=True, name="orders/cancelled"),
+            js.Node(delete=True, name="orders/cancelled", revision=12),
             js.Node(name="orders/placed/eu"),
             js.Node(
                 comment="The busiest partition.",
@@ -90,7 +91,7 @@ def test_fixture_dumps_back_to_the_same_text() -> None:
 def test_fixture_flattens_to_full_specs() -> None:
     changes = js.flatten(js.load(FIXTURE))
     assert [c.delete for c in changes] == ["orders/cancelled", "", ""]
-    assert [c.expect_mod_revision for c in changes] == [0, 0, 77]
+    assert [c.expect_mod_revision for c in changes] == [12, 0, 77]
 
     us = changes[2].upsert
     assert us.name == "orders/placed/us"

@@ -84,6 +84,30 @@ def test_deleted_journals_are_not_validated_as_specs() -> None:
     assert change == pb.ApplyRequest.Change(expect_mod_revision=9, delete="gone/journal")
 
 
+def test_deletes_need_a_revision() -> None:
+    with pytest.raises(js.SpecError) as e:
+        js.flatten(js.load("delete: true\nname: gone/journal\n"))
+    assert (
+        str(e.value) == "gone/journal: revision: invalid ExpectModRevision (0; expected > 0 or -1)"
+    )
+    (change,) = js.flatten(js.load("delete: true\nname: gone/journal\nrevision: -1\n"))
+    assert change.expect_mod_revision == -1
+
+
+def test_upsert_revisions_below_minus_one_are_rejected() -> None:
+    with pytest.raises(js.SpecError) as e:
+        js.flatten(js.load(BASE + "- name: app/a\n  revision: -2\n"))
+    assert str(e.value) == "app/a: revision: invalid ExpectModRevision (-2; expected >= 0 or -1)"
+
+
+def test_spec_names_cannot_carry_metadata() -> None:
+    with pytest.raises(js.SpecError) as e:
+        js.flatten(js.load(BASE + "- name: app/a;meta\n"))
+    assert str(e.value) == (
+        "app/a;meta: Name cannot have a metadata path segment (;meta; expected no segment)"
+    )
+
+
 def test_suspend_is_carried_but_not_inherited() -> None:
     changes = js.flatten(
         js.load(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gazette.broker import journalspace as js
 from gazette.broker import protocol as pb
@@ -283,3 +285,36 @@ def test_tree_extraction_of_unrelated_names_uses_an_unnamed_root() -> None:
 def test_shared_prefix_counts_whole_components(a: str, b: str, length: int) -> None:
     assert js_tree._shared_prefix(a, b) == length
     assert js_tree._shared_prefix(b, a) == length
+
+
+def _merge_runs_reference(names: list[str]) -> js.Node:
+    """Gazette's way of building the tree, kept as an oracle: while more than one
+    node is left, find the first longest run of neighbours sharing the longest
+    prefix, and replace it by a directory of that prefix."""
+    items = [js.Node(name=n) for n in names]
+    while len(items) > 1:
+        begin, end, best = 0, 0, -1
+        for i in range(1, len(items)):
+            shared = js_tree._shared_prefix(items[i - 1].name, items[i].name)
+            if shared > best:
+                begin, end, best = i - 1, i + 1, shared
+            elif shared == best and i == end:
+                end = i + 1
+        items[begin:end] = [js.Node(name=items[begin].name[:best], children=items[begin:end])]
+    return items[0]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sets(
+        st.lists(st.sampled_from(["a", "b", "ab", "a-b", "c.d"]), min_size=1, max_size=5).map(
+            "/".join
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_tree_extraction_matches_gazettes_run_merging(names: set[str]) -> None:
+    ordered = sorted(names)
+    got = js_tree._extract_tree([js.Node(name=n) for n in ordered])
+    assert got == _merge_runs_reference(ordered)

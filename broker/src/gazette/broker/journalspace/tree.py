@@ -170,25 +170,38 @@ def flatten(node: nodes.Node) -> list[pb.ApplyRequest.Change]:
 
     The tree's structure is checked first (``StructureError``). Each journal
     becomes, in tree order, either a delete (when ``delete`` is true, after
-    inheritance) or an upsert of its fully inherited JournalSpec, which must pass
-    ``pb.validate`` (``SpecError`` naming the journal and field otherwise). Both
-    expect the journal's ``revision``: 0 creates, -1 applies unconditionally.
+    inheritance) or an upsert of its fully inherited JournalSpec. Both expect the
+    journal's ``revision``: for an upsert 0 creates and -1 applies unconditionally;
+    a delete needs a revision (or -1). Each change must pass ``pb.validate``
+    (``SpecError`` naming the journal and field otherwise).
     """
     nodes.validate(node)
     changes = []
     for journal in push_down(node).terminals():
         if journal.delete:
-            changes.append(
-                pb.ApplyRequest.Change(expect_mod_revision=journal.revision, delete=journal.name)
+            change = pb.ApplyRequest.Change(
+                expect_mod_revision=journal.revision, delete=journal.name
             )
-            continue
-        spec = spec_from_node(journal)
+        else:
+            change = pb.ApplyRequest.Change(
+                expect_mod_revision=journal.revision, upsert=spec_from_node(journal)
+            )
         try:
-            pb.validate(spec)
+            pb.validate(change)
         except pb.ValidationError as e:
-            raise errors.SpecError(journal.name, e) from e
-        changes.append(pb.ApplyRequest.Change(expect_mod_revision=journal.revision, upsert=spec))
+            raise errors.SpecError(journal.name, _in_journal_terms(e)) from e
+        changes.append(change)
     return changes
+
+
+def _in_journal_terms(e: pb.ValidationError) -> pb.ValidationError:
+    """Re-root a Change's validation error at the journal: its spec's own field
+    path, or ``revision`` for a bad expected revision."""
+    if e.context[:1] == ("Upsert",):
+        return pb.ValidationError(e.reason, e.context[1:])
+    if "ExpectModRevision" in e.reason:
+        return pb.ValidationError(e.reason, ("revision", *e.context))
+    return e
 
 
 def spec_from_node(node: nodes.Node) -> pb.JournalSpec:
@@ -310,26 +323,35 @@ def _hoist(node: nodes.Node) -> nodes.Node:
 def _extract_tree(leaves: list[nodes.Node]) -> nodes.Node:
     """Group name-sorted journals into directories where their names diverge.
 
-    Repeatedly takes the longest run of adjacent nodes sharing the longest
-    ``/``-bounded name prefix and replaces the run with a directory of that
-    prefix, until one node remains. A chain of directories with a single
-    descendant branch (``a/`` holding only ``a/b/``) is never made: the
-    directory sits directly at the prefix where names diverge.
+    A directory sits at each ``/``-bounded prefix that is the longest shared
+    prefix of some pair of neighbouring names, and holds the neighbours that
+    share it. So no chain of single-child directories is made: ``a/b/c/x`` and
+    ``a/b/c/y`` give one directory ``a/b/c/``, not ``a/``, ``a/b/`` and ``a/b/c/``.
+
+    Gazette gets the same tree by repeatedly replacing the run of adjacent nodes
+    with the longest shared prefix by a directory node, which is quadratic in
+    the number of journals; this splits each range at its shortest neighbour
+    prefix instead, in time proportional to journals times name depth.
     """
     if not leaves:
         return nodes.Node()
-    items = list(leaves)
-    while len(items) > 1:
-        begin, end, best = 0, 0, -1
-        for i in range(1, len(items)):
-            shared = _shared_prefix(items[i - 1].name, items[i].name)
-            if shared > best:
-                begin, end, best = i - 1, i + 1, shared
-            elif shared == best and i == end:
-                end = i + 1
-        directory = nodes.Node(name=items[begin].name[:best], children=items[begin:end])
-        items[begin:end] = [directory]
-    return items[0]
+    shared = [0] + [_shared_prefix(a.name, b.name) for a, b in itertools.pairwise(leaves)]
+    return _build(leaves, shared, 0, len(leaves))
+
+
+def _build(leaves: list[nodes.Node], shared: list[int], lo: int, hi: int) -> nodes.Node:
+    # shared[i] is the prefix length that leaves[i - 1] and leaves[i] have in common.
+    if hi - lo == 1:
+        return leaves[lo]
+    depth = min(shared[lo + 1 : hi])
+    children = []
+    begin = lo
+    for i in range(lo + 1, hi):
+        if shared[i] == depth:
+            children.append(_build(leaves, shared, begin, i))
+            begin = i
+    children.append(_build(leaves, shared, begin, hi))
+    return nodes.Node(name=leaves[lo].name[:depth], children=children)
 
 
 def _shared_prefix(a: str, b: str) -> int:
