@@ -7,6 +7,7 @@ offsets, the SHA-1 of its content and its codec, under
 
 from __future__ import annotations
 
+import functools
 import struct
 
 import regex
@@ -249,6 +250,38 @@ def parse_fragment_path(path: str, *, journal: str | None = None) -> Fragment:
 
 def validate_fragment_store(url: str) -> None:
     """An absolute s3/gs/azure/azure-ad/file URL whose path ends in ``/`` (Gazette `fragment_store.go`)."""
+    reason = _fragment_store_error(url)
+    if reason is not None:
+        raise ValidationError(reason)
+
+
+def validate_endpoint(url: str) -> None:
+    """An absolute URL with a host (Gazette `endpoint.go`)."""
+    reason = _endpoint_error(url)
+    if reason is not None:
+        raise ValidationError(reason)
+
+
+# Stores and endpoints are few and repeat on every spec and header: remember verdicts.
+@functools.lru_cache(maxsize=4096)
+def _fragment_store_error(url: str) -> str | None:
+    try:
+        _check_fragment_store(url)
+    except ValidationError as e:
+        return str(e)
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _endpoint_error(url: str) -> str | None:
+    try:
+        _check_endpoint(url)
+    except ValidationError as e:
+        return str(e)
+    return None
+
+
+def _check_fragment_store(url: str) -> None:
     try:
         u = parse_url(url)
     except URLError as e:
@@ -276,8 +309,7 @@ def validate_fragment_store(url: str) -> None:
         raise ValidationError(f"path component doesn't end in '/' ({u.path})")
 
 
-def validate_endpoint(url: str) -> None:
-    """An absolute URL with a host (Gazette `endpoint.go`)."""
+def _check_endpoint(url: str) -> None:
     try:
         u = parse_url(url)
     except URLError as e:

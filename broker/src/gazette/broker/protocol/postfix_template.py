@@ -549,7 +549,19 @@ def validate_postfix_template(template: str) -> None:
     """Parse `template` and evaluate it over zero values, as Gazette's validation does."""
     if template == "":
         return
-    _render(compile_template(template), _ZERO_DATA)
+    failure = _template_error(template)
+    if failure is not None:
+        raise ValidationError(*failure)
+
+
+@functools.lru_cache(maxsize=1024)
+def _template_error(template: str) -> tuple[str, tuple[str, ...]] | None:
+    # Specs are validated on every read from etcd; their templates rarely change.
+    try:
+        _render(compile_template(template), _ZERO_DATA)
+    except ValidationError as e:
+        return e.reason, e.context
+    return None
 
 
 def render_postfix_template(
