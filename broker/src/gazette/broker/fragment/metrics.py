@@ -1,0 +1,24 @@
+"""Prometheus metrics of spools, with Gazette's names (broker.md §11.4)."""
+
+from __future__ import annotations
+
+import prometheus_client
+
+SPOOL_COMMITS_TOTAL = prometheus_client.Counter(
+    "gazette_spool_commits_total", "Total number of Spool commits."
+)
+SPOOL_COMMIT_BYTES_TOTAL = prometheus_client.Counter(
+    "gazette_spool_commit_bytes_total", "Total number of bytes committed to Spools."
+)
+SPOOL_ROLLBACKS_TOTAL = prometheus_client.Counter(
+    "gazette_spool_rollbacks_total", "Total number of Spool rollbacks."
+)
+SPOOL_ROLLBACK_BYTES_TOTAL = prometheus_client.Counter(
+    "gazette_spool_rollback_bytes_total", "Total number of bytes rolled back from Spools."
+)
+SPOOL_COMPLETED_TOTAL = prometheus_client.Counter(
+    "gazette_spool_completed_total", "Total number of Spools completed."
+)
+SPOOL_PERSISTED_TOTAL = prometheus_client.Counter(
+    "gazette_spool_persisted_total", "Total number of Spools persisted."
+)

@@ -1,0 +1,425 @@
+"""Spool: a replica's transactional journal state (broker.md §4.5, §4.6).
+
+A spool is the fragment being written: its committed span and SHA-1, bytes
+written past the commit point but not yet committed (``delta``), the journal
+registers and, on the primary, an incrementally compressed copy. It changes
+only through :meth:`Spool.apply` of a ReplicateRequest, which is either
+
+- *content*: bytes at ``content_delta`` past the commit point, written to the
+  spool's unlinked local file and hashed; or
+- a *proposal*: a fragment and registers that roll, roll back or commit the
+  spool, or are refused with PROPOSAL_MISMATCH.
+
+Content is never held in memory beyond one request: it lives in the spool
+file, and compression reads it back in blocks. The SHA-1 of the committed
+content is kept as a hashlib copy, so a rollback is a ``.copy()``.
+
+:func:`maybe_roll` decides the primary's next proposal (§4.6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from gazette.broker import protocol as pb
+from gazette.broker.fragment import codecs, cover_set, files, metrics
+
+log = logging.getLogger(__name__)
+
+# Go's zero time.Time as Unix seconds: what a never-appended spool buckets into.
+_GO_ZERO_TIME_UNIX = -62135596800
+
+
+@dataclass(frozen=True)
+class SpoolConfig:
+    """Settings of spools (Gazette's constants, overridable for tests)."""
+
+    # Directory of spool files (None: the OS temporary directory).
+    directory: str | None = None
+    # The primary compresses incrementally once this much committed content is pending.
+    compression_batch_size: int = 1 << 20
+    # Pause before retrying a failed spool file-system operation (retried forever).
+    retry_interval: float = 5.0
+    # Content of at least this many bytes is written and hashed in a worker thread.
+    threaded_write_size: int = 1 << 20
+
+
+class SpoolObserver(Protocol):
+    """Told of spool events: commits (the index) and completions (the persister)."""
+
+    def spool_commit(self, fragment: cover_set.Fragment) -> None: ...
+
+    def spool_complete(self, spool: Spool, primary: bool) -> None: ...
+
+
+def utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def fragments_equal(a: pb.Fragment, b: pb.Fragment) -> bool:
+    """Field-by-field equality of all 8 Fragment fields.
+
+    Message ``==`` would tell an unset ``sum`` from a zero one; Gazette's value
+    comparison does not, and neither may we.
+    """
+    return (
+        a.begin == b.begin
+        and a.end == b.end
+        and a.journal == b.journal
+        and a.sum.part1 == b.sum.part1
+        and a.sum.part2 == b.sum.part2
+        and a.sum.part3 == b.sum.part3
+        and a.compression_codec == b.compression_codec
+        and a.backing_store == b.backing_store
+        and a.mod_time == b.mod_time
+        and a.path_postfix == b.path_postfix
+    )
+
+
+def label_sets_equal(a: pb.LabelSet, b: pb.LabelSet) -> bool:
+    return len(a.labels) == len(b.labels) and all(
+        x.name == y.name and x.value == y.value and x.prefix == y.prefix
+        for x, y in zip(a.labels, b.labels, strict=True)
+    )
+
+
+def _copy_fragment(f: pb.Fragment) -> pb.Fragment:
+    out = pb.Fragment()
+    out.CopyFrom(f)
+    return out
+
+
+def _copy_labels(labels: pb.LabelSet) -> pb.LabelSet:
+    out = pb.LabelSet()
+    out.CopyFrom(labels)
+    return out
+
+
+class Spool:
+    """The fragment a replica is writing; see the module docstring.
+
+    Attributes: ``spec`` (the committed pb.Fragment; do not mutate),
+    ``file`` (local uncompressed content, None until the first content),
+    ``registers``, ``first_append_time`` (UTC time of the first commit, or None).
+    The caller holds a spool exclusively while applying requests to it.
+    """
+
+    def __init__(
+        self,
+        journal: str,
+        observer: SpoolObserver,
+        *,
+        config: SpoolConfig = SpoolConfig(),
+        now: Callable[[], datetime.datetime] = utc_now,
+    ) -> None:
+        self.observer = observer
+        self.config = config
+        self._now = now
+        self.spec = pb.Fragment(journal=journal, compression_codec=pb.NONE)
+        self.file: files.SpoolFile | None = None
+        self.registers = pb.LabelSet()
+        self.first_append_time: datetime.datetime | None = None
+        self._reset_content()
+
+    def _reset_content(self) -> None:
+        """Fresh per-fragment state. Assigns new objects: a completed copy may share the old."""
+        self._delta = 0
+        self._summer = hashlib.sha1()
+        self._sum_state = hashlib.sha1()
+        # Compressed form (under spec.compression_codec): file, compressor, how far the
+        # content is compressed, and the compressed length once the compressor is closed.
+        self.compressed_file: files.SpoolFile | None = None
+        self._compressor: codecs.Compressor | None = None
+        self._compressed_pos = 0
+        self._compressed_to = 0
+        self.compressed_length = 0
+
+    # -- Views --------------------------------------------------------------------------
+
+    @property
+    def journal(self) -> str:
+        return self.spec.journal
+
+    @property
+    def begin(self) -> int:
+        return self.spec.begin
+
+    @property
+    def end(self) -> int:
+        return self.spec.end
+
+    @property
+    def delta(self) -> int:
+        """Uncommitted bytes written past ``end``."""
+        return self._delta
+
+    @property
+    def content_length(self) -> int:
+        return self.spec.end - self.spec.begin
+
+    @property
+    def fragment(self) -> cover_set.Fragment:
+        """The committed fragment with its local file, as the index holds it."""
+        return cover_set.Fragment(self.spec, self.file)
+
+    def next(self) -> pb.Fragment:
+        """The fragment a commit of the pending ``delta`` would produce."""
+        f = _copy_fragment(self.spec)
+        f.end += self._delta
+        if f.begin == f.end:
+            # Empty fragments carry the zero sum (not SHA-1 of nothing).
+            f.sum.Clear()
+        else:
+            f.sum.CopyFrom(pb.sha1sum_from_digest(self._summer.digest()))
+        return f
+
+    def __repr__(self) -> str:
+        return (
+            f"Spool<{self.journal}:[{self.begin}, {self.end}) +{self._delta}, "
+            f"codec {self.spec.compression_codec}, registers {list(self.registers.labels)}>"
+        )
+
+    # -- Transitions --------------------------------------------------------------------
+
+    async def apply(
+        self, req: pb.ReplicateRequest, *, primary: bool = False
+    ) -> pb.ReplicateResponse:
+        """Apply a content or proposal request.
+
+        Content raises ``pb.ValidationError`` on a wrong ``content_delta``;
+        proposals answer OK or PROPOSAL_MISMATCH (with this spool's fragment and
+        registers).
+        """
+        if req.HasField("proposal"):
+            return await self._apply_proposal(req.proposal, req.registers, primary)
+        await self._apply_content(req.content, req.content_delta)
+        return pb.ReplicateResponse()
+
+    async def must_apply(self, req: pb.ReplicateRequest) -> None:
+        """Apply a request that cannot fail (e.g. a rollback derived from this spool)."""
+        resp = await self.apply(req, primary=False)
+        if resp.status != pb.OK:
+            raise AssertionError(f"spool refused {req}: status {resp.status}")
+
+    async def _apply_content(self, content: bytes, content_delta: int) -> None:
+        if content_delta != self._delta:
+            raise pb.ValidationError(
+                f"invalid ContentDelta ({content_delta}; expected {self._delta})"
+            )
+        offset = self.content_length + self._delta
+        while True:
+            try:
+                if self.file is None:
+                    if self.content_length != 0:
+                        raise AssertionError("spool fragment not empty, but has no file")
+                    self.file = files.SpoolFile.create(self.config.directory)
+                if len(content) >= self.config.threaded_write_size:
+                    await asyncio.to_thread(self.file.pwrite, content, offset)
+                else:
+                    self.file.pwrite(content, offset)
+                break
+            except OSError as e:
+                log.error("failed to write spool content (will retry): %s", e)
+                await asyncio.sleep(self.config.retry_interval)
+        if len(content) >= self.config.threaded_write_size:
+            await asyncio.to_thread(self._summer.update, content)
+        else:
+            self._summer.update(content)
+        self._delta += len(content)
+
+    async def _apply_proposal(
+        self, proposal: pb.Fragment, registers: pb.LabelSet, primary: bool
+    ) -> pb.ReplicateResponse:
+        # Roll forward when the proposal is beyond anything we hold (a new peer catching
+        # up, or recovery after a partition), or is the empty fragment at our end (the
+        # primary telling replicas to start a new fragment).
+        if proposal.end > self.spec.end + self._delta or (
+            proposal.end == self.spec.end and proposal.begin == proposal.end
+        ):
+            await self._roll(proposal, registers, primary)
+
+        # An exact proposal of our fragment and registers rolls back pending content.
+        if fragments_equal(self.spec, proposal) and label_sets_equal(self.registers, registers):
+            if self._delta != 0:
+                metrics.SPOOL_ROLLBACKS_TOTAL.inc()
+                metrics.SPOOL_ROLLBACK_BYTES_TOTAL.inc(self._delta)
+            self._delta = 0
+            self._summer = self._sum_state.copy()
+            return pb.ReplicateResponse(status=pb.OK)
+
+        # Our fragment extended by the pending content commits it.
+        if self._delta != 0 and fragments_equal(self.next(), proposal):
+            metrics.SPOOL_COMMITS_TOTAL.inc()
+            metrics.SPOOL_COMMIT_BYTES_TOTAL.inc(self._delta)
+            uncompressed = (proposal.end - self.spec.begin) - self._compressed_to
+            if (
+                primary
+                and self.spec.compression_codec != pb.NONE
+                and uncompressed >= self.config.compression_batch_size
+            ):
+                await asyncio.to_thread(self._compress_through, proposal.end)
+            self.spec = _copy_fragment(proposal)
+            self.observer.spool_commit(self.fragment)
+            if self.first_append_time is None:
+                self.first_append_time = self._now()
+            self.registers = _copy_labels(registers)
+            self._delta = 0
+            self._sum_state = self._summer.copy()
+            return pb.ReplicateResponse(status=pb.OK)
+
+        resp = pb.ReplicateResponse(status=pb.PROPOSAL_MISMATCH)
+        resp.fragment.CopyFrom(self.spec)
+        resp.registers.CopyFrom(self.registers)
+        return resp
+
+    async def _roll(self, proposal: pb.Fragment, registers: pb.LabelSet, primary: bool) -> None:
+        if self._compressor is not None or (primary and self.spec.compression_codec != pb.NONE):
+            await asyncio.to_thread(self.finish_compression)
+        if self.content_length != 0:
+            metrics.SPOOL_COMPLETED_TOTAL.inc()
+            completed = copy.copy(self)
+            completed.registers = _copy_labels(self.registers)
+            self.observer.spool_complete(completed, primary)
+        # Only a proposal strictly beyond our fragment brings its registers.
+        if proposal.end > self.spec.end:
+            self.registers = _copy_labels(registers)
+        self.spec = pb.Fragment(
+            journal=self.spec.journal,
+            begin=proposal.end,
+            end=proposal.end,
+            compression_codec=proposal.compression_codec,
+        )
+        self.file = None
+        self.first_append_time = None
+        self._reset_content()
+
+    # -- Compression (blocking: run these in a worker thread) ---------------------------
+
+    def _compress_through(self, end: int) -> None:
+        """Compress committed content through offset ``end`` into ``compressed_file``."""
+        codec = self.spec.compression_codec
+        if codec == pb.NONE:
+            raise AssertionError("compression of a NONE spool")
+        assert self.file is not None
+        stop = end - self.spec.begin
+        if self._compressor is not None:
+            # Garden path: extend the existing compression with the newly committed span.
+            try:
+                self._compress_span(self._compressed_to, stop)
+                if codec == pb.GZIP:
+                    self._write_compressed(self._compressor.close())  # One member per batch.
+                self._compressed_to = stop
+                return
+            except OSError as e:
+                log.error("incremental compression failed; rebuilding: %s", e)
+                self._compressor = None
+        # Build (or rebuild) the compressed file from the start of the fragment.
+        while True:
+            try:
+                if self.compressed_file is None:
+                    self.compressed_file = files.SpoolFile.create(self.config.directory)
+                self._compressed_pos = 0
+                self._compressor = codecs.new_compressor(codec)
+                self._compress_span(0, stop)
+                if codec == pb.GZIP:
+                    self._write_compressed(self._compressor.close())
+                self._compressed_to = stop
+                return
+            except OSError as e:
+                log.error("failed to compress spool (will retry): %s", e)
+                self._compressor = None
+                time.sleep(self.config.retry_interval)
+
+    def _compress_span(self, start: int, stop: int) -> None:
+        assert self.file is not None and self._compressor is not None
+        pos = start
+        while pos < stop:
+            chunk = self.file.pread(min(files.COPY_BLOCK, stop - pos), pos)
+            if not chunk:
+                raise OSError(f"spool file ended at {pos}, before {stop}")
+            self._write_compressed(self._compressor.compress(chunk))
+            pos += len(chunk)
+
+    def _write_compressed(self, data: bytes) -> None:
+        if data:
+            assert self.compressed_file is not None
+            self.compressed_file.pwrite(data, self._compressed_pos)
+            self._compressed_pos += len(data)
+
+    def finish_compression(self) -> None:
+        """Compress any remaining content and close the compressor (idempotent).
+
+        Afterwards ``compressed_file`` holds exactly ``compressed_length`` bytes
+        of the whole fragment's encoding (none for an empty fragment).
+        """
+        if self.spec.compression_codec == pb.NONE:
+            raise AssertionError("compression of a NONE spool")
+        if self.compressed_length != 0:
+            return  # Already finished.
+        if self._compressed_to < self.content_length:
+            self._compress_through(self.spec.end)
+        elif self._compressor is None:
+            return  # Empty fragment.
+        assert self._compressor is not None
+        while True:
+            try:
+                assert self._compressor is not None
+                self._write_compressed(self._compressor.close())
+                self._compressor = None
+                self.compressed_length = self._compressed_pos
+                return
+            except OSError as e:
+                log.error("failed to finish compression (will retry): %s", e)
+                time.sleep(self.config.retry_interval)
+                self._compressor = None
+                self._compress_through(self.spec.end)
+
+
+def maybe_roll(
+    spool: Spool, roll_to_offset: int, spec: pb.JournalSpec.Fragment, now: float
+) -> pb.Fragment:
+    """The primary's next proposal for ``spool`` (broker.md §4.6).
+
+    A new empty fragment at ``max(spool.end, roll_to_offset)`` under the spec's
+    codec when the spool is empty, longer than ``spec.length``, asked to roll
+    to another offset, or its first append fell in an earlier flush interval
+    (UTC epoch buckets of ``spec.flush_interval``); otherwise the spool's own
+    fragment. ``now`` is Unix seconds.
+    """
+    cl = spool.content_length
+    flush = cl == 0 or cl > spec.length or (roll_to_offset not in (0, spool.begin))
+    interval = spec.flush_interval.seconds
+    if interval > 0:
+        first = (
+            int(spool.first_append_time.timestamp() // 1)
+            if spool.first_append_time is not None
+            else _GO_ZERO_TIME_UNIX
+        )
+        if _trunc_div(first, interval) != _trunc_div(int(now // 1), interval):
+            flush = True
+
+    nxt = _copy_fragment(spool.spec)
+    if not flush:
+        return nxt
+    if roll_to_offset != 0:
+        if nxt.end > roll_to_offset:
+            raise ValueError(f"invalid roll_to_offset {roll_to_offset} (< end {nxt.end})")
+        nxt.end = roll_to_offset
+    nxt.begin = nxt.end
+    nxt.ClearField("sum")
+    nxt.compression_codec = spec.compression_codec
+    return nxt
+
+
+def _trunc_div(a: int, b: int) -> int:
+    """Integer division truncating toward zero, as Go's ``/``."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q

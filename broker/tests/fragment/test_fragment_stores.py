@@ -1,0 +1,211 @@
+"""file:// store, query arguments, the store registry and its health checks."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from gazette.broker import protocol as pb
+from gazette.broker.fragment import errors, files, index, stores
+
+JOURNAL = "a/journal"
+
+
+def registry(root: Path, **kw: object) -> stores.StoreRegistry:
+    return stores.StoreRegistry(stores.StoresConfig(file_root=str(root)), **kw)  # type: ignore[arg-type]
+
+
+async def put(store: stores.ActiveStore, path: str, data: bytes, encoding: str = "") -> None:
+    await store.put(path, files.BytesReaderAt(data), len(data), encoding)
+
+
+async def listing(store: stores.ActiveStore, prefix: str) -> list[str]:
+    return [rel async for rel, _ in store.list(prefix)]
+
+
+async def test_file_store_round_trip(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    store = registry(tmp_path).get("file:///data/")
+    assert not await store.exists("a/journal/x.raw")
+    await put(store, "a/journal/sub/x.raw", b"hello")
+    assert await store.exists("a/journal/sub/x.raw")
+    target = tmp_path / "data/a/journal/sub/x.raw"
+    assert target.read_bytes() == b"hello"
+    # Directories are created with mode 0750 (less the umask); no temp file is left.
+    mode = stat.S_IMODE((tmp_path / "data/a/journal").stat().st_mode)
+    assert mode & ~0o750 == 0
+    assert os.listdir(target.parent) == ["x.raw"]
+    async with await store.get("a/journal/sub/x.raw") as r:
+        assert r.content_encoding is None
+        assert await r.read_all() == b"hello"
+    entries = [e async for e in store.list("a/journal/")]
+    assert [rel for rel, _ in entries] == ["sub/x.raw"]
+    assert int(entries[0][1]) == int(target.stat().st_mtime)
+    # The signed URL is the store path, without the file root.
+    assert store.sign_get("a/journal/sub/x.raw", 60) == "file:///data/a/journal/sub/x.raw"
+    await store.remove("a/journal/sub/x.raw")
+    assert not await store.exists("a/journal/sub/x.raw")
+    with pytest.raises(errors.StoreError):
+        await store.remove("a/journal/sub/x.raw")
+    with pytest.raises(errors.StoreError):
+        await store.get("a/journal/sub/x.raw")
+
+
+async def test_file_store_put_overwrites_atomically(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    store = registry(tmp_path).get("file:///d/")
+    await put(store, "j/f", b"one")
+    await put(store, "j/f", b"two!")
+    assert (tmp_path / "d/j/f").read_bytes() == b"two!"
+    big = os.urandom(3 * files.COPY_BLOCK + 17)
+    await put(store, "j/big", big)
+    assert (tmp_path / "d/j/big").read_bytes() == big
+
+
+async def test_file_store_listing_of_missing_dir_is_empty(tmp_path: Path) -> None:
+    store = registry(tmp_path).get("file:///nowhere/")
+    assert await listing(store, "a/journal/") == []
+
+
+async def test_file_store_requires_its_directory(tmp_path: Path) -> None:
+    store = registry(tmp_path).get("file:///missing/")
+    with pytest.raises(errors.StoreError, match="invalid file store directory") as e:
+        await put(store, "j/f", b"x")
+    assert store.is_auth_error(e.value)
+    assert not store.is_auth_error(errors.StoreError("other"))
+
+
+async def test_unconfigured_file_root_fails() -> None:
+    store = stores.StoreRegistry().get("file:///x/")
+    with pytest.raises(errors.StoreError, match="invalid file store directory"):
+        await put(store, "j/f", b"x")
+
+
+async def test_find_replace_rewrites_relative_paths(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    store = registry(tmp_path).get("file:///d/?find=bar%2Fv1%2F&replace=old%2F")
+    await put(store, "foo/bar/v1/part-000/x.raw", b"1")
+    await put(store, "foo/bar/v2/part-000/x.raw", b"2")
+    assert (tmp_path / "d/foo/old/part-000/x.raw").read_bytes() == b"1"
+    assert (tmp_path / "d/foo/bar/v2/part-000/x.raw").read_bytes() == b"2"
+    assert await listing(store, "foo/bar/v1/") == ["part-000/x.raw"]
+    assert store.sign_get("foo/bar/v1/p", 1) == "file:///d/foo/old/p"
+
+
+def test_query_arguments_are_case_insensitive_and_checked() -> None:
+    import urllib.parse
+
+    url = urllib.parse.urlsplit("s3://b/p/?REGION=x&storageclass=GLACIER&Find=a&sseKmsKeyId=k")
+    args = stores.parse_query_args(url, ("region", "storageClass", "find", "SSEKMSKeyId"))
+    assert args == {"region": "x", "storageClass": "GLACIER", "find": "a", "SSEKMSKeyId": "k"}
+    with pytest.raises(errors.StoreConfigError, match="unknown query argument 'bogus'"):
+        stores.parse_query_args(urllib.parse.urlsplit("file:///p/?bogus=1"), ("find",))
+
+
+async def test_construction_errors_are_reported_not_cached(tmp_path: Path) -> None:
+    reg = registry(tmp_path)
+    bad = reg.get("file:///d/?bogus=1")
+    assert bad.init_error is not None
+    with pytest.raises(errors.StoreConfigError, match="bogus"):
+        await bad.exists("x")
+    event, err = bad.health_status()
+    assert event.is_set() and err is bad.init_error
+    assert reg.get("file:///d/?bogus=1") is not bad
+    unknown = reg.get("gs://bucket/p/")
+    assert "unsupported fragment store scheme: gs" in str(unknown.init_error)
+
+
+def test_s3_store_construction_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    reg = stores.StoreRegistry()
+    assert "missing AWS region" in str(reg.get("s3://bucket/p/").init_error)
+    assert "unknown query argument 'acls'" in str(reg.get("s3://bucket/p/?acls=x").init_error)
+    ok = reg.get("s3://bucket/p/?Region=us-east-2&endpoint=http%3A%2F%2F127.0.0.1%3A9&ACL=private")
+    assert ok.init_error is None
+    url = ok.sign_get("a/journal/x.raw", 60)
+    # Path-style under the custom endpoint, SigV4, one minute.
+    assert url.startswith("http://127.0.0.1:9/bucket/p/a/journal/x.raw?")
+    assert "X-Amz-Algorithm=AWS4-HMAC-SHA256" in url and "X-Amz-Expires=60" in url
+
+
+def test_file_only_maps_every_scheme_to_the_file_root(tmp_path: Path) -> None:
+    reg = stores.StoreRegistry(stores.StoresConfig(file_root=str(tmp_path), file_only=True))
+    store = reg.get("s3://bucket/prefix/?whatever=1")
+    assert isinstance(store.store, stores.FileStore)
+    assert store.sign_get("j/x", 1) == "file:///j/x"
+
+
+def test_sweep_drops_unused_stores(tmp_path: Path) -> None:
+    reg = registry(tmp_path)
+    a, b = reg.get("file:///a/"), reg.get("file:///b/")
+    assert reg.sweep() == 0  # Both marked at creation; marks cleared.
+    assert reg.get("file:///a/") is a  # Re-marks a.
+    assert reg.sweep() == 1
+    _, err = b.health_status()
+    assert str(err) == stores.LAST_HEALTH_CHECK
+    assert reg.get("file:///b/") is not b
+    assert reg.get("file:///a/") is a
+
+
+def test_health_check_schedule() -> None:
+    mid = lambda: 0.5  # noqa: E731 (no jitter)
+    assert stores.next_check_delay(True, 7, mid) == 1800
+    assert [stores.next_check_delay(False, n, mid) for n in range(8)] == [
+        0, 0.1, 1, 1, 10, 10, 100, 100,
+    ]  # fmt: skip
+    assert stores.next_check_delay(False, 6, lambda: 0.0) == pytest.approx(80)
+    assert stores.next_check_delay(True, 0, lambda: 0.999999) == pytest.approx(2160, rel=1e-5)
+
+
+async def test_health_checks_run_while_entered(tmp_path: Path) -> None:
+    (tmp_path / "ok").mkdir()
+    async with registry(tmp_path) as reg:
+        good = reg.get("file:///ok/")
+        event, err = good.health_status()
+        assert str(err) == stores.FIRST_HEALTH_CHECK
+        await asyncio.wait_for(event.wait(), 10)
+        assert good.health_status()[1] is None
+        assert (tmp_path / "ok/.test/health-check").read_bytes() == b"health-check\n"
+
+        bad = reg.get("file:///missing/")
+        for _ in range(2):  # Failures are re-checked quickly.
+            event, _ = bad.health_status()
+            await asyncio.wait_for(event.wait(), 10)
+        err = bad.health_status()[1]
+        assert str(err).startswith("health check PUT failed: invalid file store directory")
+
+
+async def test_check_delete(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    reg = registry(tmp_path)
+    await reg.get("file:///d/").check_delete("a/journal/")
+    assert not (tmp_path / "d/a/journal/.gazette-delete-probe").exists()
+    with pytest.raises(errors.StoreError, match=r"^delete-probe PUT failed: "):
+        await reg.get("file:///missing/").check_delete("a/journal/")
+
+
+async def test_walk_all_stores(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    for d in ("s1", "s2"):
+        (tmp_path / d).mkdir()
+    reg = registry(tmp_path)
+    s1, s2 = reg.get("file:///s1/"), reg.get("file:///s2/")
+    zero = "0" * 40
+    await put(s1, f"{JOURNAL}/{0:016x}-{100:016x}-{zero}.raw", b"")
+    await put(s1, f"{JOURNAL}/date=2020/{100:016x}-{200:016x}-{zero}.gz", b"")
+    await put(s1, f"{JOURNAL}/notes.txt", b"")
+    await put(s2, f"{JOURNAL}/{50:016x}-{300:016x}-{zero}.zst", b"")
+    await put(s2, f"{JOURNAL}x/{300:016x}-{400:016x}-{zero}.zst", b"")  # Other journal.
+    out = await index.walk_all_stores(reg, JOURNAL, ["file:///s1/", "file:///s2/"])
+    got = [(f.begin, f.end, f.spec.backing_store, f.spec.path_postfix, f.mod_time > 0) for f in out]
+    assert got == [(0, 100, "file:///s1/", "", True), (50, 300, "file:///s2/", "", True)]
+    assert "notes.txt" in caplog.text
+    assert pb.fragment_path(out[1].spec) == f"{JOURNAL}/{50:016x}-{300:016x}-{zero}.zst"
