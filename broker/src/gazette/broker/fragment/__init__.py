@@ -18,17 +18,18 @@ Modules: ``cover_set`` (CoverSet), ``index``, ``spool`` (+ ``maybe_roll``),
 
 Usage::
 
+    from gazette.broker import fragment
     from gazette.broker import protocol as pb
-    from gazette.broker.fragment import fragment  # this package
 
-    registry = fragment.StoreRegistry(fragment.StoresConfig(file_root="/data"))
-    index = fragment.Index(signer=registry.sign_get_url)
-    persister = fragment.Persister(registry, lookup_spec=specs.get)
-    spool = fragment.Spool("a/journal", observer=MyObserver(index, persister))
+    async with fragment.StoreRegistry(fragment.StoresConfig(file_root="/data")) as registry:
+        index = fragment.Index(signer=registry.sign_get_url)
+        persister = fragment.Persister(registry, lookup_spec=specs.get)  # run persister.serve()
+        # The observer forwards spool_commit to the index, spool_complete to the persister.
+        spool = fragment.Spool("a/journal", observer=MyObserver(index, persister))
 
-    await spool.apply(pb.ReplicateRequest(content=b"hello\\n", content_delta=0))
-    await spool.apply(pb.ReplicateRequest(proposal=spool.next(), registers=spool.registers))
-    resp, local_file = await index.query(pb.ReadRequest(journal="a/journal", offset=0))
+        await spool.apply(pb.ReplicateRequest(content=b"hello\\n", content_delta=0))
+        await spool.apply(pb.ReplicateRequest(proposal=spool.next(), registers=spool.registers))
+        resp, local_file = await index.query(pb.ReadRequest(journal="a/journal", offset=0))
 """
 
 from gazette.broker.fragment import errors, stores
