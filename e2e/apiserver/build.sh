@@ -3,15 +3,22 @@
 # from the k8s.io/kubernetes module pinned in go.mod, into a folder keyed by
 # that version, so later runs reuse the binaries:
 #
-#   e2e/apiserver/build.sh [OUT_ROOT]     # default OUT_ROOT: <repo>/.cache/k8s
+#   e2e/apiserver/build.sh [OUT_ROOT [COMMAND...]]
 #
-# prints the bin folder (OUT_ROOT/<version>/bin). Binaries already present are
+# OUT_ROOT defaults to <repo>/.cache/k8s; COMMANDs (default: all four) name what to
+# build, e.g. `build.sh "" kube-apiserver kubectl` for what the tests need.
+# Prints the bin folder (OUT_ROOT/<version>/bin). Binaries already present are
 # not rebuilt. The build is niced and serial (GOFLAGS=-p=1): the machine is shared.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 out_root="${1:-$repo/.cache/k8s}"
+shift || true
+commands=("$@")
+if [[ ${#commands[@]} -eq 0 ]]; then
+  commands=(kube-apiserver kubectl kube-controller-manager kube-scheduler)
+fi
 version="$(sed -n 's/^[[:space:]]*k8s\.io\/kubernetes \(v[^ ]*\).*/\1/p' "$here/go.mod" | head -n1)"
 if [[ -z "$version" ]]; then
   echo "build.sh: no k8s.io/kubernetes version in $here/go.mod" >&2
@@ -27,7 +34,7 @@ for kv in "gitVersion=$version" "gitMajor=1" "gitMinor=$minor" "gitTreeState=cle
 done
 
 cd "$here"
-for cmd in kube-apiserver kubectl kube-controller-manager kube-scheduler; do
+for cmd in "${commands[@]}"; do
   if [[ -x "$bin/$cmd" ]]; then
     continue
   fi

@@ -20,6 +20,7 @@ to die with the server rather than deleted.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import ctypes
@@ -36,6 +37,7 @@ import time
 import types
 import urllib.error
 import urllib.request
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import yaml
@@ -53,6 +55,7 @@ __all__ = [
     "KubeUnavailableError",
     "bin_dir",
     "binaries",
+    "eventually",
     "k8s_version",
 ]
 
@@ -102,7 +105,7 @@ def binaries(*, build: bool = True) -> pathlib.Path:
     if not build:
         raise KubeUnavailableError(f"{', '.join(_missing())} not built yet: run `make apiserver`")
     subprocess.run(
-        [str(HERE / "build.sh"), str(bin_dir().parent.parent)],
+        [str(HERE / "build.sh"), str(bin_dir().parent.parent), *BINARIES],
         check=True,
         stdout=subprocess.DEVNULL,
     )
@@ -385,3 +388,42 @@ class KubeAPIServer:
                 f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}"
             )
         return proc
+
+    async def kubectl_async(
+        self, *args: str, input: str | None = None, check: bool = True, limit: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against this server without blocking the event loop (``limit`` s)."""
+        proc = await asyncio.create_subprocess_exec(
+            *self.kubectl_args(*args),
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            async with asyncio.timeout(limit):
+                out, err = await proc.communicate(None if input is None else input.encode())
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise
+        done = subprocess.CompletedProcess(
+            list(args), proc.returncode or 0, out.decode(), err.decode()
+        )
+        if check and done.returncode != 0:
+            raise RuntimeError(
+                f"kubectl {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}"
+            )
+        return done
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], *, within: float = 30, what: str = "condition"
+) -> None:
+    """Poll ``check`` until it holds, or raise AssertionError after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        if await check():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {within}s waiting for {what}")
+        await asyncio.sleep(0.2)

@@ -283,3 +283,27 @@ async def test_delete_retries_when_etcd_fails() -> None:
     store.fail = True
     with pytest.raises(kopf.TemporaryError):
         await handlers.on_delete(journal(), reconcile.JOURNALS, CONFIG, store)
+
+
+async def test_spec_without_gos_empty_sub_messages_is_not_rewritten() -> None:
+    # A spec written by an encoder that leaves empty sub-messages out (as Python's
+    # does by default) equals the declared one: no write.
+    store = testing.MemorySpecStore()
+    spec = {**JOURNAL_SPEC, "labels": []}
+    spec["fragment"] = {k: v for k, v in JOURNAL_SPEC["fragment"].items() if k != "retention"}
+    sparse = mapping.journal_spec(spec)
+    sparse.ClearField("labels")
+    sparse.fragment.ClearField("retention")
+    store.put(JOURNAL_KEY, sparse.SerializeToString())
+    writes = store.writes
+    outcome, _ = await apply(journal() | {"spec": spec}, store)
+    assert outcome.reason is reconcile.Reason.APPLIED
+    assert store.writes == writes
+
+
+def test_go_presence_of_empty_sub_messages() -> None:
+    shard_spec = mapping.shard_spec({"name": "a-shard", "maxTxnDuration": "1s"})
+    # labels (10) and min_txn_duration (7) are encoded, empty, as Go encodes them.
+    assert shard_spec.SerializeToString() == (
+        b"\n\x07a-shard" + b"2\x02\x08\x01" + b":\x00" + b"R\x00"
+    )

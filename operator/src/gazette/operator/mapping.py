@@ -30,6 +30,8 @@ __all__ = [
     "OPERATOR_FIELDS",
     "journal_fields",
     "journal_spec",
+    "normalize_journal",
+    "normalize_shard",
     "shard_fields",
     "shard_spec",
 ]
@@ -149,6 +151,27 @@ def _stores(value: object, path: str) -> list[str]:
     return [_string(v, f"{path}[{i}]") for i, v in enumerate(_list(value, path))]
 
 
+def _go_presence(msg: Any, *fields: str) -> None:
+    # Go declares these sub-messages non-nullable and so always encodes them, empty or not
+    # (spec/broker.md 1.2). Marking them present makes our bytes in etcd the bytes Go's
+    # gazctl would write for the same spec, and specs read back compare equal.
+    for name in fields:
+        getattr(msg, name).SetInParent()
+
+
+def normalize_journal(spec: pb.JournalSpec) -> pb.JournalSpec:
+    """Mark Go's always-encoded sub-messages present in ``spec`` (in place), and return it."""
+    _go_presence(spec, "labels", "fragment")
+    _go_presence(spec.fragment, "refresh_interval", "retention", "flush_interval")
+    return spec
+
+
+def normalize_shard(spec: pc.ShardSpec) -> pc.ShardSpec:
+    """Mark Go's always-encoded sub-messages present in ``spec`` (in place), and return it."""
+    _go_presence(spec, "labels", "max_txn_duration", "min_txn_duration")
+    return spec
+
+
 def journal_spec(spec: Mapping[str, Any]) -> pb.JournalSpec:
     """The JournalSpec that a Journal object's ``spec`` declares (not validated)."""
     r = _Reader(spec, "spec")
@@ -159,6 +182,7 @@ def journal_spec(spec: Mapping[str, Any]) -> pb.JournalSpec:
         max_append_rate=r.take("maxAppendRate", _integer(-_INT64_MAX - 1, _INT64_MAX), 0),
     )
     out.labels.CopyFrom(r.take("labels", _labels, pb.LabelSet()))
+    normalize_journal(out)
     fragment = r.take("fragment", _anything, None)
     if fragment is not None:
         f = _Reader(fragment, "spec.fragment")
@@ -222,6 +246,7 @@ def shard_spec(spec: Mapping[str, Any]) -> pc.ShardSpec:
         if d is not None:
             getattr(out, proto_name).CopyFrom(d)
     out.labels.CopyFrom(r.take("labels", _labels, pb.LabelSet()))
+    normalize_shard(out)
     r.done(ignore=OPERATOR_FIELDS)
     return out
 
@@ -240,20 +265,20 @@ def journal_fields(spec: pb.JournalSpec) -> dict[str, Any]:
     """The ``spec`` of a Journal object declaring ``spec`` (its suspension is not a field)."""
     out: dict[str, Any] = {"name": spec.name, "replication": spec.replication}
     _put(out, "labels", _label_fields(spec.labels))
-    if spec.HasField("fragment"):
-        frag = spec.fragment
-        fields: dict[str, Any] = {"length": frag.length}
-        if frag.compression_codec:
-            fields["compressionCodec"] = pb.CompressionCodec.Name(frag.compression_codec)
-        _put(fields, "stores", list(frag.stores))
-        if frag.HasField("refresh_interval"):
-            fields["refreshInterval"] = pb.format_duration(frag.refresh_interval)
-        if frag.HasField("retention"):
-            fields["retention"] = pb.format_duration(frag.retention)
-        if frag.HasField("flush_interval"):
-            fields["flushInterval"] = pb.format_duration(frag.flush_interval)
-        _put(fields, "pathPostfixTemplate", frag.path_postfix_template)
-        out["fragment"] = fields
+    frag = spec.fragment
+    fields: dict[str, Any] = {"length": frag.length}
+    if frag.compression_codec:
+        fields["compressionCodec"] = pb.CompressionCodec.Name(frag.compression_codec)
+    _put(fields, "stores", list(frag.stores))
+    for name, d in (
+        ("refreshInterval", frag.refresh_interval),
+        ("retention", frag.retention),
+        ("flushInterval", frag.flush_interval),
+    ):
+        if d.seconds or d.nanos:
+            fields[name] = pb.format_duration(d)
+    _put(fields, "pathPostfixTemplate", frag.path_postfix_template)
+    out["fragment"] = fields
     if spec.flags:
         out["flags"] = _FLAG_NAMES.get(spec.flags, spec.flags)
     _put(out, "maxAppendRate", spec.max_append_rate)
@@ -274,10 +299,12 @@ def shard_fields(spec: pc.ShardSpec) -> dict[str, Any]:
     _put(out, "recoveryLogPrefix", spec.recovery_log_prefix)
     _put(out, "hintPrefix", spec.hint_prefix)
     _put(out, "hintBackups", spec.hint_backups)
-    if spec.HasField("max_txn_duration"):
-        out["maxTxnDuration"] = pb.format_duration(spec.max_txn_duration)
-    if spec.HasField("min_txn_duration"):
-        out["minTxnDuration"] = pb.format_duration(spec.min_txn_duration)
+    for name, d in (
+        ("maxTxnDuration", spec.max_txn_duration),
+        ("minTxnDuration", spec.min_txn_duration),
+    ):
+        if d.seconds or d.nanos:
+            out[name] = pb.format_duration(d)
     _put(out, "disable", spec.disable)
     _put(out, "hotStandbys", spec.hot_standbys)
     _put(out, "labels", _label_fields(spec.labels))

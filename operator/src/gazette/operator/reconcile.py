@@ -192,12 +192,14 @@ def _carry_nothing(current: pc.ShardSpec, desired: pc.ShardSpec) -> None:
     del current, desired
 
 
+# Decoded values are normalized to Go's presence of sub-messages, as built specs are, so
+# that a spec written by Go (or by us) compares equal to the one declared.
 def _decode_journal(value: bytes) -> pb.JournalSpec:
-    return pb.JournalSpec.FromString(value)
+    return mapping.normalize_journal(pb.JournalSpec.FromString(value))
 
 
 def _decode_shard(value: bytes) -> pc.ShardSpec:
-    return pc.ShardSpec.FromString(value)
+    return mapping.normalize_shard(pc.ShardSpec.FromString(value))
 
 
 JOURNALS = SpecKind(

@@ -1,0 +1,176 @@
+"""Fixtures of the end-to-end suites: a real kube-apiserver, Gazette's etcd, the operator.
+
+* ``kube``: kube-apiserver (built from Go by ``e2e/apiserver/build.sh``, cached in
+  ``.cache/k8s``) over an etcd of its own, with the Journal and Shard CRDs of
+  ``crds/`` installed by ``kubectl apply``, once per session. The build, when the
+  binaries are missing, runs after collection, outside any test's timeout. Tests
+  using it are skipped, saying why, only when there is no Go toolchain.
+* ``gazette_etcd``: the etcd Gazette's specs go to (one per session); ``etcd_client``
+  a connected client and ``etcd_roots`` fresh prefixes per test.
+* ``namespace``: a fresh namespace per test.
+* ``start_operator``: runs ``python -m gazette.operator`` as a user would, for the
+  test's namespaces and prefixes, and waits until it is live.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import secrets
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+from apiserver import kubeapi
+
+from gazette import keyspace
+from gazette.keyspace import testing as etcd_testing
+
+_unavailable: str | None = None
+_build_failure: str | None = None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    global _unavailable, _build_failure
+    if not any("kube" in getattr(item, "fixturenames", ()) for item in session.items):
+        return
+    try:
+        kubeapi.binaries(build=True)
+    except kubeapi.KubeUnavailableError as e:
+        _unavailable = str(e)
+    except subprocess.CalledProcessError as e:
+        _build_failure = f"building the Kubernetes binaries failed: {e}"
+
+
+@pytest.fixture(scope="session")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kubeapi.KubeAPIServer]:
+    if _unavailable:
+        pytest.skip(_unavailable)
+    if _build_failure:
+        pytest.fail(_build_failure)
+    work = tmp_path_factory.mktemp("kube")
+    with (
+        etcd_testing.EtcdServer(work_dir=work / "etcd") as etcd,
+        kubeapi.KubeAPIServer(kubeapi.binaries(build=False), etcd.endpoint, work / "api") as api,
+    ):
+        api.kubectl("apply", "--server-side", "-f", str(kubeapi.REPO / "crds"))
+        api.kubectl(
+            "wait",
+            "--for=condition=established",
+            "--timeout=60s",
+            "crd/journals.gazette.dev",
+            "crd/shards.gazette.dev",
+        )
+        yield api
+
+
+@pytest.fixture(scope="session")
+def gazette_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[etcd_testing.EtcdServer]:
+    with etcd_testing.EtcdServer(work_dir=tmp_path_factory.mktemp("gazette-etcd")) as server:
+        yield server
+
+
+@pytest.fixture
+async def etcd_client(gazette_etcd: etcd_testing.EtcdServer) -> AsyncIterator[Any]:
+    client = await keyspace.connect(gazette_etcd.endpoint)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+def etcd_roots() -> tuple[str, str]:
+    """(brokers' prefix, consumers' prefix), fresh for the test."""
+    run = secrets.token_hex(4)
+    return f"/e2e-{run}/cluster", f"/e2e-{run}/consumers"
+
+
+@pytest.fixture
+def namespace(kube: kubeapi.KubeAPIServer) -> str:
+    name = f"e2e-{secrets.token_hex(4)}"
+    kube.kubectl("create", "namespace", name)
+    return name
+
+
+class Operator:
+    """A running ``python -m gazette.operator`` process."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], log: pathlib.Path, liveness: str) -> None:
+        self.proc = proc
+        self.log = log
+        self.liveness = liveness
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+def _wait_live(op: Operator, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if op.proc.poll() is not None:
+            raise RuntimeError(f"operator exited ({op.proc.returncode}):\n{op.log_text()[-4000:]}")
+        with (
+            contextlib.suppress(urllib.error.URLError, OSError),
+            urllib.request.urlopen(op.liveness, timeout=2) as resp,
+        ):
+            if resp.status == 200:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"operator not live after {timeout}s:\n{op.log_text()[-4000:]}")
+
+
+@pytest.fixture
+def start_operator(
+    kube: kubeapi.KubeAPIServer,
+    gazette_etcd: etcd_testing.EtcdServer,
+    etcd_roots: tuple[str, str],
+    tmp_path: pathlib.Path,
+) -> Iterator[Callable[..., Operator]]:
+    started: list[Operator] = []
+
+    def start(*namespaces: str, cluster: str = "e2e", resync: float = 1.0) -> Operator:
+        port = etcd_testing.free_port()
+        log = tmp_path / f"operator-{len(started)}.log"
+        args = [
+            sys.executable,
+            "-m",
+            "gazette.operator",
+            f"--etcd.address={gazette_etcd.endpoint}",
+            f"--etcd.prefix={etcd_roots[0]}",
+            f"--consumers.prefix={etcd_roots[1]}",
+            f"--cluster={cluster}",
+            f"--resync-interval={resync}",
+            "--retry-delay=1",
+            f"--liveness=http://127.0.0.1:{port}/healthz",
+            *(f"--namespace={ns}" for ns in namespaces),
+        ]
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                args, env=kube.env(), stdin=subprocess.DEVNULL, stdout=out, stderr=out
+            )
+        op = Operator(proc, log, f"http://127.0.0.1:{port}/healthz")
+        started.append(op)
+        _wait_live(op, timeout=60)
+        return op
+
+    yield start
+    for op in started:
+        op.stop()
+        if os.environ.get("GAZETTE_E2E_OPERATOR_LOG"):
+            print(op.log_text())
