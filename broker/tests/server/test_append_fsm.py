@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from gazette.broker.protocol import protocol_pb2 as pb2
-from gazette.broker.server import _pbx, errors
+from gazette.broker import protocol as pb
+from gazette.broker.server import errors
 from gazette.broker.server.append_fsm import AppendFSM, State
 
 LOCAL = pb2.ProcessSpec.ID(zone="a", suffix="local")
@@ -414,7 +415,7 @@ async def test_stream_commit() -> None:
     assert [(lbl.name, lbl.value) for lbl in commit.registers.labels] == [("r", "1")]
     frag = fsm.client_fragment
     assert (frag.begin, frag.end) == (0, 6)
-    assert frag.sum == _pbx.sha1_sum(hashlib.sha1(b"foobar").digest())
+    assert frag.sum == pb.sha1sum_from_digest(hashlib.sha1(b"foobar").digest())
     await step_expect(fsm, State.FINISHED)
     await fsm.release_pipeline()
     assert deps.replica.pipeline_slot.qsize() == 1

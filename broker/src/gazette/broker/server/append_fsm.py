@@ -30,8 +30,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
+from gazette.broker import protocol as pb
 from gazette.broker.protocol import protocol_pb2 as pb2
-from gazette.broker.server import _pbx, errors
+from gazette.broker.server import errors
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,12 @@ STORE_HEALTH_CHECK_RETRIES = 5  # Awaits up to 6 health-check completions, as Ga
 DEFAULT_FLUSH_INTERVAL_S = 24 * 3600
 
 T = TypeVar("T")
+
+
+def _copy_labels(labels: pb2.LabelSet) -> pb2.LabelSet:
+    out = pb2.LabelSet()
+    out.CopyFrom(labels)
+    return out
 
 
 class State(enum.IntEnum):
@@ -87,6 +94,7 @@ class Pipeline(Protocol):
     async def gather_eof(self) -> None: ...
     def barrier(self) -> tuple[asyncio.Future[None], asyncio.Future[None]]: ...
     async def close_send(self) -> None: ...
+    async def abort(self) -> None: ...
     async def shutdown(self, expect_err: bool) -> None: ...
 
 
@@ -96,20 +104,33 @@ class Index(Protocol):
 
 
 class Replica(Protocol):
-    index: Any
-    spool_slot: asyncio.Queue[Any]
-    pipeline_slot: asyncio.Queue[Any]
-    flow: Any
+    @property
+    def index(self) -> Any: ...
+    @property
+    def spool_slot(self) -> asyncio.Queue[Any]: ...
+    @property
+    def pipeline_slot(self) -> asyncio.Queue[Any]: ...
+    @property
+    def flow(self) -> Any: ...
 
 
 class Resolution(Protocol):
-    status: int
-    header: pb2.Header
-    local_id: pb2.ProcessSpec.ID
-    journal_spec: pb2.JournalSpec | None
-    replica: Replica | None
-    invalidated: asyncio.Event
-    assignments_consistent: bool  # Every assignment value is equivalent to the route.
+    status: int  # The FSM sets the status it fails with.
+
+    @property
+    def header(self) -> pb2.Header: ...
+    @property
+    def local_id(self) -> pb2.ProcessSpec.ID: ...
+    @property
+    def journal_spec(self) -> pb2.JournalSpec | None: ...
+    @property
+    def replica(self) -> Replica | None: ...
+    @property
+    def invalidated(self) -> asyncio.Event: ...
+    @property
+    def assignments_consistent(self) -> bool:
+        """Every assignment value is equivalent to the route."""
+        ...
 
 
 class Deps(Protocol):
@@ -121,8 +142,8 @@ class Deps(Protocol):
         *,
         may_proxy: bool,
         require_primary: bool,
-        min_etcd_revision: int,
-        proxy_header: pb2.Header | None,
+        min_etcd_revision: int = 0,
+        proxy_header: pb2.Header | None = None,
     ) -> Resolution: ...
 
     def new_pipeline(self, resolution: Resolution, spool: Any) -> Pipeline: ...
@@ -149,6 +170,9 @@ class AppendFSM:
         self.pln: Pipeline | None = None
         self.pln_header = False
         self.pln_owned = False  # Do we hold the replica's pipeline slot?
+        # The replica whose slot we hold: a later resolution may name another
+        # replica (demoted and re-created), and the pipeline goes back where it came from.
+        self.pln_replica: Replica | None = None
         self.read_through_rev = 0
         self.roll_to_offset = 0
         self.registers = pb2.LabelSet()
@@ -157,6 +181,10 @@ class AppendFSM:
         self.client_fragment: pb2.Fragment | None = None
         self.client_summer: Any = None
         self.err: BaseException | None = None
+        # Set by the driver once its client went away (or a pulse timed out): waits
+        # before content streaming end in ERROR. Content and acknowledgements are
+        # never interrupted half-way, since that would desynchronise the pipeline.
+        self.aborted = asyncio.Event()
 
     # -- Driving ---------------------------------------------------------------------------
 
@@ -181,6 +209,10 @@ class AppendFSM:
             State.UPDATE_SUSPEND: self._on_update_suspend,
             State.READ_ACKNOWLEDGEMENTS: self._on_read_acknowledgements,
         }[self.state]
+        if self.aborted.is_set() and self.state != State.READ_ACKNOWLEDGEMENTS:
+            self.err = errors.Cancelled()
+            self.state = State.ERROR
+            return
         await handler()
 
     async def run_to(self, target: State) -> bool:
@@ -194,9 +226,9 @@ class AppendFSM:
     async def release_pipeline(self) -> None:
         """Return a held pipeline slot (always called when the FSM is done)."""
         if self.pln_owned:
-            assert self.resolved is not None and self.resolved.replica is not None
-            self.resolved.replica.pipeline_slot.put_nowait(self.pln)
-            self.pln_owned = False
+            assert self.pln_replica is not None
+            self.pln_replica.pipeline_slot.put_nowait(self.pln)
+            self.pln_owned, self.pln_replica = False, None
 
     def _replica(self) -> Replica:
         assert self.resolved is not None and self.resolved.replica is not None
@@ -210,37 +242,64 @@ class AppendFSM:
         assert self.pln is not None
         return self.pln
 
-    async def _race(self, aw: Awaitable[T]) -> tuple[T | None, bool]:
-        """Await ``aw`` unless the resolution is invalidated first: (result, invalidated)."""
-        assert self.resolved is not None
+    async def _race(self, aw: Awaitable[T], *, resolved: bool = True) -> tuple[T | None, bool]:
+        """Await ``aw`` unless the resolution is invalidated (or the FSM aborted) first.
+
+        Returns (result, interrupted); an interrupted FSM re-resolves, and an aborted
+        one then stops at its next step.
+        """
         task = asyncio.ensure_future(aw)
-        inval = asyncio.ensure_future(self.resolved.invalidated.wait())
+        waits = [asyncio.ensure_future(self.aborted.wait())]
+        if resolved:
+            assert self.resolved is not None
+            waits.append(asyncio.ensure_future(self.resolved.invalidated.wait()))
         try:
-            await asyncio.wait((task, inval), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((task, *waits), return_when=asyncio.FIRST_COMPLETED)
         finally:
-            inval.cancel()
+            for w in waits:
+                w.cancel()
             if not task.done():
                 task.cancel()
         if task.done() and not task.cancelled():
             return task.result(), False
         return None, True
 
+    async def abandon(self) -> None:
+        """Hard teardown when the driver could not finish the FSM (cancelled, timed out).
+
+        A pipeline we hold may be half-way through a request, so it is aborted and
+        its slot given back empty: the next append builds a fresh one.
+        """
+        if self.pln_owned:
+            if self.pln is not None:
+                await self.pln.abort()
+            self.pln = None
+            await self.release_pipeline()
+
     # -- States ----------------------------------------------------------------------------
 
     async def _on_resolve(self) -> None:
         self.must_state(State.RESOLVE)
         try:
-            self.resolved = res = await self.deps.resolve(
-                self.req.journal,
-                may_proxy=not self.req.do_not_proxy,
-                require_primary=True,
-                min_etcd_revision=max(self.req.min_etcd_revision, self.read_through_rev),
-                proxy_header=self.req.header if self.req.HasField("header") else None,
+            res, aborted = await self._race(
+                self.deps.resolve(
+                    self.req.journal,
+                    may_proxy=not self.req.do_not_proxy,
+                    require_primary=True,
+                    min_etcd_revision=max(self.req.min_etcd_revision, self.read_through_rev),
+                    proxy_header=self.req.header if self.req.HasField("header") else None,
+                ),
+                resolved=False,
             )
         except errors.BrokerServerError as e:
             self.err = e
             self.state = State.ERROR
             return
+        if aborted or res is None:
+            self.err = errors.Cancelled()
+            self.state = State.ERROR
+            return
+        self.resolved = res
         if res.status == Status.SUSPENDED and self.req.suspend == pb2.AppendRequest.SUSPEND_RESUME:
             spec = self._spec()
             self.next_suspend = pb2.JournalSpec.Suspend(
@@ -252,9 +311,18 @@ class AppendFSM:
         elif res.header.process_id != res.local_id:
             # A pipeline held from an earlier resolution must be released: we now proxy.
             await self.release_pipeline()
+            self.pln = None
             self.state = State.AWAIT_DESIRED_REPLICAS
-        elif self.pln_owned:
+        elif res.replica is None:
+            self.err = errors.ReplicaStopped(self.req.journal)
+            self.state = State.ERROR
+        elif self.pln_owned and self.pln_replica is res.replica:
             self.state = State.START_PIPELINE
+        elif self.pln_owned:
+            # The replica was re-created since we took its pipeline: hand that back.
+            await self.release_pipeline()
+            self.pln = None
+            self.state = State.ACQUIRE_PIPELINE
         else:
             self.state = State.ACQUIRE_PIPELINE
 
@@ -265,16 +333,16 @@ class AppendFSM:
         if invalidated:
             self.state = State.RESOLVE
             return
-        self.pln, self.pln_owned = pln, True
+        self.pln, self.pln_owned, self.pln_replica = pln, True, replica
         self.state = State.START_PIPELINE
 
     async def _on_start_pipeline(self) -> None:
         self.must_state(State.START_PIPELINE)
         assert self.resolved is not None
-        if self.pln is not None and _pbx.route_equivalent(
+        if self.pln is not None and pb.route_equivalent(
             self.pln.header.route, self.resolved.header.route
         ):
-            self.registers = _pbx.copy_labels(self.pln.spool.registers)
+            self.registers = _copy_labels(self.pln.spool.registers)
             self.state = State.UPDATE_ASSIGNMENTS
             return
         if self.pln is not None:
@@ -286,7 +354,7 @@ class AppendFSM:
             self.state = State.RESOLVE
             return
         assert spool is not None
-        self.registers = _pbx.copy_labels(spool.registers)
+        self.registers = _copy_labels(spool.registers)
         self.pln = self.deps.new_pipeline(self.resolved, spool)
         self.pln_header = True
         self.state = State.SEND_PIPELINE_SYNC
@@ -317,7 +385,7 @@ class AppendFSM:
             # A peer is further along (or at an equal offset with another fragment):
             # propose that everyone rolls forward to it, taking its registers.
             if roll_registers is not None:
-                self.registers = _pbx.copy_labels(roll_registers)
+                self.registers = _copy_labels(roll_registers)
             self.state = State.SEND_PIPELINE_SYNC
         elif self.read_through_rev != 0:
             # A peer has a newer, different route: re-resolve at its revision.
@@ -390,7 +458,7 @@ class AppendFSM:
         if (
             self.req.HasField("check_registers")
             and len(self.registers.labels) != 0
-            and not _pbx.selector_matches(self.req.check_registers, self.registers)
+            and not pb.matches(self.req.check_registers, self.registers)
         ):
             res.status = Status.REGISTER_MISMATCH
             self.state = State.ERROR
@@ -399,7 +467,7 @@ class AppendFSM:
             self.roll_to_offset = suspend.offset
             self.state = State.SEND_PIPELINE_SYNC
             return
-        if spool_end != max_offset and self.req.offset == 0 and _pbx.may_write(spec):
+        if spool_end != max_offset and self.req.offset == 0 and pb.journal_may_write(spec):
             res.status = Status.INDEX_HAS_GREATER_OFFSET
             self.state = State.ERROR
             return
@@ -496,8 +564,14 @@ class AppendFSM:
             )
             self.client_summer = hashlib.sha1()
 
-        if req is not None and err is None and req.journal:
-            err = errors.ExpectedContentChunk()
+        if req is not None and err is None:
+            try:
+                pb.validate(req)
+            except pb.ValidationError as e:
+                err = e
+            else:
+                if req.journal:
+                    err = errors.ExpectedContentChunk()
 
         A = pb2.AppendRequest
         if eof and not self.client_commit:
@@ -507,7 +581,7 @@ class AppendFSM:
         elif req is not None and err is None and len(req.content) == 0:
             self.client_commit = True  # EOF must follow, then we commit.
             return
-        elif (req is not None and err is None and not _pbx.may_write(spec)) or (
+        elif (req is not None and err is None and not pb.journal_may_write(spec)) or (
             req is not None
             and err is None
             and self.req.suspend in (A.SUSPEND_IF_FLUSHED, A.SUSPEND_NOW, A.SUSPEND_KEEP)
@@ -525,7 +599,7 @@ class AppendFSM:
 
         # Errored, or at the end of input.
         frag = self.client_fragment
-        frag.sum.CopyFrom(_pbx.sha1_sum(self.client_summer.digest()))
+        frag.sum.CopyFrom(pb.sha1sum_from_digest(self.client_summer.digest()))
         if (
             eof
             and frag.end == frag.begin
@@ -537,9 +611,9 @@ class AppendFSM:
             assert self.client_commit
             proposal = pln.spool.next()
             if self.req.HasField("subtract_registers"):
-                self.registers = _pbx.subtract_labels(self.registers, self.req.subtract_registers)
+                self.registers = pb.subtract(self.registers, self.req.subtract_registers)
             if self.req.HasField("union_registers"):
-                self.registers = _pbx.union_labels(self.req.union_registers, self.registers)
+                self.registers = pb.union(self.req.union_registers, self.registers)
         else:
             # Client or peer failure: the pipeline is sound, but partial content rolls back.
             proposal = pb2.Fragment()

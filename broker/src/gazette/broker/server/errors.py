@@ -11,6 +11,7 @@ Hierarchy::
     ├── FlowControlUnderflow          client didn't sustain the minimum append rate
     ├── PipelineError                 a replication peer failed or disagreed
     ├── ResolutionError               header from a foreign cluster / process, or stopping
+    ├── Cancelled                     the client went away mid-RPC
     └── ReplicaStopped                the local replica was shut down under the RPC
 
 Application outcomes (journal not found, wrong offset, ...) are never
@@ -75,6 +76,13 @@ class ResolutionError(BrokerServerError):
     """A request header doesn't belong to this cluster or process."""
 
 
+class Cancelled(BrokerServerError):
+    """The RPC's client went away (or a pulse ran out of time) before it finished."""
+
+    def __init__(self) -> None:
+        super().__init__("context canceled")
+
+
 class ReplicaStopped(BrokerServerError):
     """The local replica of a journal was shut down while an RPC used it."""
 
@@ -88,7 +96,7 @@ def grpc_status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
 
     This is the single mapping used by every handler of the servicer.
     """
-    if isinstance(exc, asyncio.CancelledError):
+    if isinstance(exc, asyncio.CancelledError | Cancelled):
         return grpc.StatusCode.CANCELLED, "context canceled"
     if isinstance(exc, TimeoutError):
         return grpc.StatusCode.DEADLINE_EXCEEDED, "context deadline exceeded"

@@ -17,9 +17,10 @@ from typing import Any, Protocol
 
 import grpc
 
+from gazette.broker import protocol as pb
 from gazette.broker.protocol import protocol_pb2 as pb2
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
-from gazette.broker.server import _pbx, errors
+from gazette.broker.server import errors
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ class Pipeline:
         self.header = header
         self.spool = spool
         self._return_spool = return_spool
+        self._spool_returned = False
         n = len(route.members)
         self._streams: list[Any | None] = [None] * n
         self._send_errs: list[BaseException | None] = [None] * n
@@ -111,14 +113,28 @@ class Pipeline:
                 return errors.PipelineError(f"recv: {e}", peer=self._member(i))
         return None
 
-    async def close_send(self) -> None:
-        """Roll back local partial content, return the spool, half-close every stream."""
+    async def _give_back_spool(self) -> None:
+        """Roll back local partial content and return the spool to its replica (once)."""
+        if self._spool_returned:
+            return
+        self._spool_returned = True
         frag = pb2.Fragment()
         frag.CopyFrom(self.spool.spec)
         await self.spool.apply(
             pb2.ReplicateRequest(proposal=frag, registers=self.spool.registers), primary=True
         )
         self._return_spool(self.spool)
+
+    async def abort(self) -> None:
+        """Tear down at once, without the EOF handshake (the owning RPC was cancelled)."""
+        for call in self._streams:
+            if call is not None:
+                call.cancel()
+        await self._give_back_spool()
+
+    async def close_send(self) -> None:
+        """Roll back local partial content, return the spool, half-close every stream."""
+        await self._give_back_spool()
         for i, call in enumerate(self._streams):
             if call is not None and self._send_errs[i] is None:
                 try:
@@ -168,7 +184,7 @@ class Pipeline:
                 continue
             if resp.status == pb2.Status.WRONG_ROUTE:
                 if (
-                    not _pbx.route_equivalent(resp.header.route, self.header.route)
+                    not pb.route_equivalent(resp.header.route, self.header.route)
                     and resp.header.etcd.revision > self.header.etcd.revision
                 ):
                     read_through = max(read_through, resp.header.etcd.revision)

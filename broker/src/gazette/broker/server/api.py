@@ -1,0 +1,558 @@
+"""The ``protocol.Journal`` gRPC service: the seven RPCs of a broker.
+
+Every handler validates its request at the edge (``pb.validate``), resolves
+the journal where it has one, and either serves locally, proxies to the
+right peer (Append to the primary, Read and ListFragments to a member,
+unless ``do_not_proxy``), or answers a ``Status`` with a valid header.
+Exceptions become gRPC errors in one place (:func:`errors.grpc_status_of`);
+errors of a proxied call are relayed with the peer's code and text.
+
+Gazette references: ``broker/append_api.go``, ``replicate_api.go``,
+``read_api.go``, ``list_apply_api.go``, ``fragments_api.go``,
+``fragment_store_health_api.go``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar, cast
+
+import grpc
+
+from gazette import keyspace
+from gazette.allocator import routes
+from gazette.broker import protocol as pb
+from gazette.broker.fragment import errors as frag_errors
+from gazette.broker.fragment import reader, stores
+from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
+from gazette.broker.server import append_fsm, errors, metrics, resolver, service
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Content chunks of Read responses: just under 32 KiB, so that a whole response
+# stays within gRPC's 32 KiB buffer tier (as Gazette sizes them).
+READ_CHUNK_SIZE = (1 << 15) - 32
+MAX_JOURNALS_PER_LIST_RESPONSE = 25
+DEFAULT_FRAGMENTS_PAGE_LIMIT = 1000
+DELETE_PROBE_TIMEOUT = 60.0
+
+_EXPECTED_ERRORS = (
+    pb.ValidationError,
+    errors.BrokerServerError,
+    frag_errors.FragmentError,
+    keyspace.errors.KeySpaceError,
+    TimeoutError,
+)
+
+
+class _Outcome:
+    """Status label of a completed RPC for ``gazette_journal_server_completed_totals``."""
+
+    def __init__(self) -> None:
+        self.status = "ok"
+
+    def set(self, status: int) -> None:
+        self.status = "ok" if status == pb.OK else pb.Status.Name(_st(status))
+
+
+class JournalServicer(pb2_grpc.JournalServicer):
+    """Implements ``protocol.Journal`` over a :class:`service.Service`."""
+
+    def __init__(self, svc: service.Service) -> None:
+        self.svc = svc
+
+    # -- The edge -----------------------------------------------------------------------
+
+    async def _edge(
+        self, op: str, context: grpc.aio.ServicerContext[Any, Any], aw: Awaitable[T], out: _Outcome
+    ) -> T:
+        metrics.server_started.inc(op)
+        try:
+            result = await aw
+        except grpc.aio.AioRpcError as e:
+            # A proxied call failed: relay the peer's outcome.
+            metrics.server_completed.inc(op, "<error>")
+            log.warning("proxied %s RPC failed: %s", op, e.details())
+            await context.abort(e.code(), e.details() or e.code().name)
+            raise  # Not reached: abort raises.
+        except _EXPECTED_ERRORS as e:
+            metrics.server_completed.inc(op, "<error>")
+            code, details = errors.grpc_status_of(e)
+            if code != grpc.StatusCode.CANCELLED:
+                log.warning("served %s RPC failed: %s", op, details)
+            await context.abort(code, details)
+            raise  # Not reached: abort raises.
+        except asyncio.CancelledError:
+            metrics.server_completed.inc(op, "<error>")
+            raise
+        metrics.server_completed.inc(op, out.status)
+        return result
+
+    # -- Append -------------------------------------------------------------------------
+
+    async def Append(
+        self,
+        request_iterator: AsyncIterator[pb.AppendRequest],
+        context: grpc.aio.ServicerContext[pb.AppendRequest, pb.AppendResponse],
+    ) -> pb.AppendResponse:
+        out = _Outcome()
+        return await self._edge("Append", context, self._append(request_iterator, out), out)
+
+    async def _append(
+        self, requests: AsyncIterator[pb.AppendRequest], out: _Outcome
+    ) -> pb.AppendResponse:
+        it = aiter(requests)
+        try:
+            first = await anext(it)
+        except StopAsyncIteration:
+            raise errors.StreamError("append stream: unexpected EOF") from None
+        pb.validate(first)
+        fsm = append_fsm.AppendFSM(self.svc, first, clock=self.svc.clock)
+        total, delayed = await self.svc.drive(fsm, it)
+        res = fsm.resolved
+
+        if fsm.state == append_fsm.State.PROXY:
+            assert isinstance(res, resolver.Resolution)
+            return await self._proxy_append(first, res, it)
+        if fsm.state == append_fsm.State.FINISHED:
+            assert res is not None and fsm.client_fragment is not None
+            metrics.write_head.labels(fsm.client_fragment.journal).set(fsm.client_fragment.end)
+            resp = pb.AppendResponse(status=pb.OK, total_chunks=total, delayed_chunks=delayed)
+            resp.header.CopyFrom(res.header)
+            resp.commit.CopyFrom(fsm.client_fragment)
+            resp.registers.CopyFrom(fsm.registers)
+            return resp
+        assert fsm.state == append_fsm.State.ERROR
+        if res is not None and res.status != pb.OK:
+            out.set(res.status)
+            resp = pb.AppendResponse(status=_st(res.status))
+            resp.header.CopyFrom(res.header)
+            if res.status == pb.REGISTER_MISMATCH:
+                resp.registers.CopyFrom(fsm.registers)
+            if res.status == pb.FRAGMENT_STORE_UNHEALTHY:
+                resp.store_health_error = str(fsm.err)
+            return resp
+        raise fsm.err or errors.BrokerServerError("append failed without a cause")
+
+    async def _proxy_append(
+        self,
+        first: pb.AppendRequest,
+        res: resolver.Resolution,
+        rest: AsyncIterator[pb.AppendRequest],
+    ) -> pb.AppendResponse:
+        _, endpoint = service.pick_member(res, require_primary=True)
+        fwd = pb.AppendRequest()
+        fwd.CopyFrom(first)
+        fwd.header.CopyFrom(res.header)
+
+        async def requests() -> AsyncIterator[pb.AppendRequest]:
+            yield fwd
+            async for req in rest:
+                yield req
+
+        resp: pb.AppendResponse = await self.svc.peers.stub(endpoint).Append(requests())
+        return resp
+
+    # -- Replicate ----------------------------------------------------------------------
+
+    async def Replicate(  # type: ignore[override]
+        self,
+        request_iterator: AsyncIterator[pb.ReplicateRequest],
+        context: grpc.aio.ServicerContext[pb.ReplicateRequest, pb.ReplicateResponse],
+    ) -> None:
+        out = _Outcome()
+        await self._edge("Replicate", context, self._replicate(context, out), out)
+
+    async def _replicate(
+        self,
+        context: grpc.aio.ServicerContext[pb.ReplicateRequest, pb.ReplicateResponse],
+        out: _Outcome,
+    ) -> None:
+        req = await context.read()
+        if req is grpc.aio.EOF:
+            raise errors.StreamError("unexpected EOF")
+        assert isinstance(req, pb.ReplicateRequest)
+        pb.validate(req)
+        if not req.HasField("header"):
+            raise errors.StreamError("expected first ReplicateRequest to have Header")
+
+        while True:
+            res = await self.svc.resolve(
+                req.proposal.journal,
+                may_proxy=False,
+                require_primary=False,
+                proxy_header=req.header,
+            )
+            if res.status != pb.OK:
+                out.set(res.status)
+                await context.write(pb.ReplicateResponse(status=_st(res.status), header=res.header))
+                return
+            if not pb.route_equivalent(res.header.route, req.header.route):
+                out.set(pb.WRONG_ROUTE)
+                await context.write(pb.ReplicateResponse(status=pb.WRONG_ROUTE, header=res.header))
+                return
+            if res.replica is None:
+                raise errors.ReplicaStopped(req.proposal.journal)
+            sp, changed = await _race(res.replica.spool_slot.get(), res.invalidated)
+            if not changed:
+                assert sp is not None
+                break
+
+        rep = res.replica
+        try:
+            header: pb.Header | None = res.header
+            while True:
+                resp = await sp.apply(req, primary=False)
+                if req.acknowledge:
+                    if header is not None:
+                        resp.header.CopyFrom(header)  # Only the first response carries it.
+                        header = None
+                    await context.write(resp)
+                elif resp.status != pb.OK:
+                    raise errors.PipelineError(f"no ack requested but status != OK: {resp}")
+                nxt = await context.read()
+                if nxt is grpc.aio.EOF:
+                    return
+                assert isinstance(nxt, pb.ReplicateRequest)
+                req = nxt
+                pb.validate(req)
+        finally:
+            # Whatever ended the stream, uncommitted content is rolled back.
+            frag = pb.Fragment()
+            frag.CopyFrom(sp.spec)
+            await sp.must_apply(pb.ReplicateRequest(proposal=frag, registers=sp.registers))
+            rep.spool_slot.put_nowait(sp)
+
+    # -- Read ---------------------------------------------------------------------------
+
+    async def Read(  # type: ignore[override]
+        self,
+        request: pb.ReadRequest,
+        context: grpc.aio.ServicerContext[pb.ReadRequest, pb.ReadResponse],
+    ) -> None:
+        out = _Outcome()
+        await self._edge("Read", context, self._read(request, context, out), out)
+
+    async def _read(
+        self,
+        req: pb.ReadRequest,
+        context: grpc.aio.ServicerContext[pb.ReadRequest, pb.ReadResponse],
+        out: _Outcome,
+    ) -> None:
+        pb.validate(req)
+        res = await self.svc.resolve(
+            req.journal,
+            may_proxy=not req.do_not_proxy,
+            require_primary=False,
+            min_etcd_revision=req.min_etcd_revision,
+            proxy_header=req.header if req.HasField("header") else None,
+        )
+        if res.status != pb.OK:
+            out.set(res.status)
+            await context.write(pb.ReadResponse(status=_st(res.status), header=res.header))
+            return
+        assert res.journal_spec is not None
+        if not pb.journal_may_read(res.journal_spec):
+            out.set(pb.NOT_ALLOWED)
+            await context.write(pb.ReadResponse(status=pb.NOT_ALLOWED, header=res.header))
+            return
+        if not res.is_local:
+            await self._proxy_read(req, res, context)
+            return
+        if res.replica is None:
+            raise errors.ReplicaStopped(req.journal)
+        await self._serve_read(req, res.header, res.replica.index, context)
+
+    async def _proxy_read(
+        self,
+        req: pb.ReadRequest,
+        res: resolver.Resolution,
+        context: grpc.aio.ServicerContext[pb.ReadRequest, pb.ReadResponse],
+    ) -> None:
+        _, endpoint = service.pick_member(res, require_primary=False)
+        fwd = pb.ReadRequest()
+        fwd.CopyFrom(req)
+        fwd.header.CopyFrom(res.header)
+        call = self.svc.peers.stub(endpoint).Read(fwd)
+        stop = asyncio.ensure_future(self.svc.stop_proxy_reads.wait())
+        try:
+            while True:
+                nxt = asyncio.ensure_future(call.read())
+                await asyncio.wait((nxt, stop), return_when=asyncio.FIRST_COMPLETED)
+                if not nxt.done():
+                    # This broker is shutting down: end the relay with a clean EOF.
+                    nxt.cancel()
+                    return
+                resp = nxt.result()
+                if resp is grpc.aio.EOF:
+                    return
+                await context.write(resp)
+        finally:
+            stop.cancel()
+            call.cancel()
+
+    async def _serve_read(
+        self,
+        req: pb.ReadRequest,
+        header: pb.Header,
+        index_: Any,
+        context: grpc.aio.ServicerContext[pb.ReadRequest, pb.ReadResponse],
+    ) -> None:
+        first = True
+        end_offset = req.end_offset
+        while True:
+            try:
+                resp, file = await index_.query(req)
+            except frag_errors.IndexClosedError:
+                return  # The replica stopped: end cleanly, the client retries elsewhere.
+            if first:
+                resp.header.CopyFrom(header)
+                first = False
+            await context.write(resp)
+            if (
+                resp.status != pb.OK
+                or req.metadata_only
+                or (file is None and req.do_not_proxy)
+                or (end_offset != 0 and resp.offset >= end_offset)
+            ):
+                return
+            frag = resp.fragment
+            offset = resp.offset
+            limit = frag.end if end_offset == 0 else min(frag.end, end_offset)
+
+            if file is not None:
+                while offset < limit:
+                    data = file.pread(min(READ_CHUNK_SIZE, limit - offset), offset - frag.begin)
+                    if not data:
+                        raise errors.BrokerServerError(
+                            f"spool file of {frag.journal} ended at {offset}, before {limit}"
+                        )
+                    await context.write(pb.ReadResponse(offset=offset, content=data))
+                    offset += len(data)
+            else:
+                async for block in reader.read_fragment(self.svc.registry, frag, offset):
+                    view = memoryview(block)
+                    while view and offset < limit:
+                        n = min(READ_CHUNK_SIZE, len(view), limit - offset)
+                        await context.write(pb.ReadResponse(offset=offset, content=bytes(view[:n])))
+                        offset += n
+                        view = view[n:]
+                    if offset >= limit:
+                        break
+            if end_offset != 0 and offset >= end_offset:
+                return
+            req.offset = offset
+
+    # -- List and Apply -----------------------------------------------------------------
+
+    async def List(  # type: ignore[override]
+        self,
+        request: pb.ListRequest,
+        context: grpc.aio.ServicerContext[pb.ListRequest, pb.ListResponse],
+    ) -> None:
+        out = _Outcome()
+        await self._edge("List", context, self._list(request, context), out)
+
+    async def _list(
+        self,
+        req: pb.ListRequest,
+        context: grpc.aio.ServicerContext[pb.ListRequest, pb.ListResponse],
+    ) -> None:
+        pb.validate(req)
+        selector = pb.rewrite_prefix_selector(req.selector)
+        observed = self.svc.observed
+        min_rev = req.watch_resume.etcd.revision + 1 if req.HasField("watch_resume") else 0
+        last_count, last_max_mod = -1, -1
+        while True:
+            await observed.ks.wait_for_revision(min_rev)
+            state = observed.state
+            header = self.svc.unrouted_header()
+            min_rev = observed.ks.revision + 1
+
+            journals: list[pb.ListResponse.Journal] = []
+            max_mod = -1
+            for i, kv in enumerate(state.items):
+                spec: pb.JournalSpec = kv.decoded.spec
+                if not pb.matches(selector, pb.label_set_ext(spec)):
+                    continue
+                max_mod = max(max_mod, kv.mod_revision)
+                j = pb.ListResponse.Journal(
+                    mod_revision=kv.mod_revision, create_revision=kv.create_revision
+                )
+                j.spec.CopyFrom(spec)
+                j.route.CopyFrom(_route_with_endpoints(state, state.assignments_of(i)))
+                journals.append(j)
+            if len(journals) == last_count and max_mod == last_max_mod:
+                continue  # Nothing this listing shows has changed.
+            last_count, last_max_mod = len(journals), max_mod
+
+            resp = pb.ListResponse(status=pb.OK)
+            resp.header.CopyFrom(header)
+            resp.journals.extend(journals[:MAX_JOURNALS_PER_LIST_RESPONSE])
+            await context.write(resp)
+            for i in range(
+                MAX_JOURNALS_PER_LIST_RESPONSE, len(journals), MAX_JOURNALS_PER_LIST_RESPONSE
+            ):
+                await context.write(
+                    pb.ListResponse(journals=journals[i : i + MAX_JOURNALS_PER_LIST_RESPONSE])
+                )
+            if not req.watch:
+                return
+            await context.write(pb.ListResponse())  # End of this snapshot.
+
+    async def Apply(
+        self,
+        request: pb.ApplyRequest,
+        context: grpc.aio.ServicerContext[pb.ApplyRequest, pb.ApplyResponse],
+    ) -> pb.ApplyResponse:
+        out = _Outcome()
+        return await self._edge("Apply", context, self._apply(request, out), out)
+
+    async def _apply(self, req: pb.ApplyRequest, out: _Outcome) -> pb.ApplyResponse:
+        pb.validate(req)
+        changes: list[keyspace.Change] = []
+        for ch in req.changes:
+            if ch.HasField("upsert"):
+                changes.append(
+                    keyspace.Change(
+                        ch.upsert.name, ch.upsert.SerializeToString(), ch.expect_mod_revision
+                    )
+                )
+            else:
+                changes.append(keyspace.Change(ch.delete, None, ch.expect_mod_revision))
+        resp = pb.ApplyResponse(status=pb.OK)
+        resp.header.CopyFrom(self.svc.unrouted_header())
+        ks = self.svc.observed.ks
+        result = await keyspace.apply_changes(self.svc.etcd, ks.root, changes)
+        if not result.succeeded:
+            resp.status = pb.ETCD_TRANSACTION_FAILED
+            out.set(resp.status)
+        elif changes:
+            # Read our own write before answering.
+            await ks.wait_for_revision(result.revision)
+        resp.header.etcd.revision = result.revision
+        return resp
+
+    # -- ListFragments ------------------------------------------------------------------
+
+    async def ListFragments(
+        self,
+        request: pb.FragmentsRequest,
+        context: grpc.aio.ServicerContext[pb.FragmentsRequest, pb.FragmentsResponse],
+    ) -> pb.FragmentsResponse:
+        out = _Outcome()
+        return await self._edge("ListFragments", context, self._list_fragments(request, out), out)
+
+    async def _list_fragments(
+        self, req: pb.FragmentsRequest, out: _Outcome
+    ) -> pb.FragmentsResponse:
+        pb.validate(req)
+        page_limit = req.page_limit or DEFAULT_FRAGMENTS_PAGE_LIMIT
+        res = await self.svc.resolve(
+            req.journal,
+            may_proxy=not req.do_not_proxy,
+            require_primary=False,
+            proxy_header=req.header if req.HasField("header") else None,
+        )
+        resp = pb.FragmentsResponse(status=_st(res.status))
+        resp.header.CopyFrom(res.header)
+        if res.status != pb.OK:
+            out.set(res.status)
+            return resp
+        assert res.journal_spec is not None
+        if not pb.journal_may_read(res.journal_spec):
+            resp.status = pb.NOT_ALLOWED
+            out.set(resp.status)
+            return resp
+        if res.replica is None:
+            _, endpoint = service.pick_member(res, require_primary=False)
+            fwd = pb.FragmentsRequest()
+            fwd.CopyFrom(req)
+            fwd.header.CopyFrom(res.header)
+            proxied: pb.FragmentsResponse = await self.svc.peers.stub(endpoint).ListFragments(fwd)
+            return proxied
+
+        fragments = await res.replica.index.inspect()
+        begins = [f.begin for f in fragments]
+        nxt = bisect.bisect_left(begins, req.next_page_token)
+        ttl = pb.duration_seconds(req.signatureTTL) if req.HasField("signatureTTL") else None
+        while nxt < len(fragments) and len(resp.fragments) < page_limit:
+            f = fragments[nxt]
+            nxt += 1
+            if (f.mod_time != 0 and f.mod_time < req.begin_mod_time) or (
+                req.end_mod_time != 0 and (f.mod_time == 0 or f.mod_time > req.end_mod_time)
+            ):
+                continue
+            out_f = resp.fragments.add()
+            out_f.spec.CopyFrom(f.spec)
+            if ttl is not None and f.spec.backing_store:
+                out_f.signed_url = self.svc.registry.sign_get_url(f.spec, ttl)
+        resp.next_page_token = fragments[nxt].begin if nxt < len(fragments) else 0
+        return resp
+
+    # -- FragmentStoreHealth ------------------------------------------------------------
+
+    async def FragmentStoreHealth(
+        self,
+        request: pb.FragmentStoreHealthRequest,
+        context: grpc.aio.ServicerContext[
+            pb.FragmentStoreHealthRequest, pb.FragmentStoreHealthResponse
+        ],
+    ) -> pb.FragmentStoreHealthResponse:
+        out = _Outcome()
+        return await self._edge(
+            "FragmentStoreHealth", context, self._store_health(request, out), out
+        )
+
+    async def _store_health(
+        self, req: pb.FragmentStoreHealthRequest, out: _Outcome
+    ) -> pb.FragmentStoreHealthResponse:
+        pb.validate(req)
+        resp = pb.FragmentStoreHealthResponse(status=pb.OK)
+        resp.header.CopyFrom(self.svc.unrouted_header())
+        active = self.svc.registry.get(req.fragment_store)
+        next_check, err = active.health_status()
+        if err is not None and str(err) == stores.FIRST_HEALTH_CHECK:
+            await next_check.wait()
+            _, err = active.health_status()
+        if err is None and req.check_delete:
+            try:
+                async with asyncio.timeout(DELETE_PROBE_TIMEOUT):
+                    await active.check_delete(req.check_delete_prefix)
+            except (frag_errors.StoreError, TimeoutError) as e:
+                err = e
+        if err is not None:
+            resp.status = pb.FRAGMENT_STORE_UNHEALTHY
+            resp.store_health_error = str(err) or type(err).__name__
+            out.set(resp.status)
+        return resp
+
+
+def _st(status: int) -> pb.Status.ValueType:
+    return cast("pb.Status.ValueType", status)
+
+
+def _route_with_endpoints(state: Any, assignments: Any) -> pb.Route:
+    rt = routes.route_of(assignments)
+    routes.attach_endpoints(rt, state)
+    return rt
+
+
+async def _race(aw: Awaitable[T], signal: asyncio.Event) -> tuple[T | None, bool]:
+    """Await ``aw`` unless ``signal`` is set first: (result, signalled)."""
+    task = asyncio.ensure_future(aw)
+    sig = asyncio.ensure_future(signal.wait())
+    try:
+        await asyncio.wait((task, sig), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        sig.cancel()
+        if not task.done():
+            task.cancel()
+    if task.done() and not task.cancelled():
+        return task.result(), False
+    return None, True

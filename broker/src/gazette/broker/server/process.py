@@ -1,0 +1,233 @@
+"""A broker process: ``python -m gazette.broker`` (Gazette ``cmd/gazette/main.go``).
+
+Life of a broker:
+
+1. Bind the gRPC port (so that a port of 0 is known before announcing).
+2. Grant an etcd lease and announce ``<root>/members/<zone>#<suffix>`` with its
+   BrokerSpec (endpoint, journal limit); load the KeySpace at the
+   announcement's revision and watch it; run the allocator
+   (:class:`gazette.allocator.Session`).
+3. Serve: local replicas (:class:`~gazette.broker.server.service.Service`),
+   the persister, store health checks, the gRPC service and the diagnostics
+   HTTP server (``/debug/ready``, ``/debug/metrics``).
+4. On SIGTERM or SIGINT: mark the member exiting; the allocator moves every
+   journal away; when none is left the session revokes the lease. Then local
+   replicas stop (rolling their spools), the gRPC server stops gracefully,
+   the KeySpace watch ends and the persister drains every queued fragment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import logging
+import signal
+import socket
+import sys
+import time
+
+import grpc
+
+from gazette import allocator, keyspace
+from gazette.broker import protocol as pb
+from gazette.broker.fragment import persister, spool, stores
+from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
+from gazette.broker.server import api, config, debug_http, flow_control, service
+
+log = logging.getLogger(__name__)
+
+GRACEFUL_STOP_TIMEOUT = 15.0
+
+_LEVELS = {
+    "trace": logging.DEBUG,
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warn": logging.WARNING,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "fatal": logging.CRITICAL,
+}
+
+
+class _JSONFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "time": self.formatTime(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            out["err"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def setup_logging(cfg: config.LogConfig) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if cfg.format == "json":
+        handler.setFormatter(_JSONFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(_LEVELS.get(cfg.level.lower(), logging.WARNING))
+
+
+def _bind_host(host: str) -> str:
+    """Listen on the advertised host when it is an IP address, else everywhere."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return "[::]"
+    return f"[{host}]" if ":" in host else host
+
+
+def broker_spec(cfg: config.BrokerConfig, endpoint: str, *, exiting: bool = False) -> pb.BrokerSpec:
+    spec = pb.BrokerSpec(journal_limit=cfg.limit, exiting=exiting)
+    spec.process_spec.id.zone = cfg.zone
+    spec.process_spec.id.suffix = cfg.id
+    spec.process_spec.endpoint = endpoint
+    return spec
+
+
+async def serve(cfg: config.Config, *, stop: asyncio.Event | None = None) -> None:
+    """Run a broker until ``stop`` is set (or SIGTERM / SIGINT), then exit gracefully."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+
+    bcfg = cfg.broker
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", bcfg.max_grpc_recv_size),
+            ("grpc.max_send_message_length", -1),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    host = bcfg.host or socket.gethostname()
+    port = server.add_insecure_port(f"{_bind_host(host)}:{bcfg.port}")
+    if port == 0:
+        raise SystemExit(f"failed to listen on port {bcfg.port}")
+    endpoint = f"http://{host}:{port}"
+    if ":" in host and not host.startswith("["):
+        endpoint = f"http://[{host}]:{port}"
+
+    client = await keyspace.connect(cfg.etcd.address)
+    root = cfg.etcd.prefix
+    decoder = allocator.key_value_decoder(root, allocator.JournalDecoder(pb.validate))
+    ks = keyspace.KeySpace(root, decoder, keyspace.KeySpaceConfig(watch_delay=bcfg.watch_delay_s))
+    lease_ttl = max(2, round(cfg.etcd.lease_s))
+    session = allocator.Session(
+        client,
+        ks,
+        allocator.member_key(root, bcfg.zone, bcfg.id),
+        broker_spec(bcfg, endpoint).SerializeToString(),
+        broker_spec(bcfg, endpoint, exiting=True).SerializeToString(),
+        config=allocator.SessionConfig(
+            lease_ttl=lease_ttl,
+            # Retrying a taken member key faster than its lease could expire is pointless.
+            announce_retry=min(10.0, max(1.0, lease_ttl / 4)),
+            watch_keyspace=False,
+        ),
+        is_consistent=allocator.journal_is_consistent,
+    )
+    registry = stores.StoreRegistry(
+        stores.StoresConfig(
+            file_root=bcfg.file_root or stores.UNCONFIGURED_FILE_ROOT, file_only=bcfg.file_only
+        )
+    )
+    ready = False
+    debug = debug_http.DebugServer(lambda: ready)
+
+    try:
+        async with registry, asyncio.TaskGroup() as tg:
+            session_task = tg.create_task(session.run(), name="allocator session")
+            stop_task = tg.create_task(stop.wait(), name="stop signal")
+            ready_task = tg.create_task(session.ready.wait(), name="announced")
+            await asyncio.wait(
+                (session_task, ready_task, stop_task), return_when=asyncio.FIRST_COMPLETED
+            )
+            if not session.ready.is_set():
+                ready_task.cancel()
+                session_task.cancel()
+                stop_task.cancel()
+                return  # Stopped before we were announced.
+            observed = session.observed
+            assert observed is not None
+            watch_task = tg.create_task(ks.watch(client), name="keyspace watch")
+
+            svc: service.Service
+            pers = persister.Persister(registry, lambda j: svc.lookup_spec(j))
+            svc = service.Service(
+                client,
+                observed,
+                registry,
+                pers,
+                service.ServiceConfig(
+                    max_replication=bcfg.max_replication,
+                    flow_limits=flow_control.FlowLimits(
+                        max_append_rate=bcfg.max_append_rate,
+                        min_append_rate=bcfg.min_append_rate,
+                    ),
+                    auto_suspend=bcfg.auto_suspend,
+                    spool=spool.SpoolConfig(directory=bcfg.spool_dir or None),
+                    max_message_size=bcfg.max_grpc_recv_size,
+                ),
+            )
+            persister_task = tg.create_task(pers.serve(), name="persister")
+            replicas_task = tg.create_task(svc.run(), name="replicas")
+            pb2_grpc.add_JournalServicer_to_server(api.JournalServicer(svc), server)
+            await server.start()
+            if bcfg.http_port != -1:
+                http_port = await debug.start(
+                    _bind_host(host).strip("[]") or "0.0.0.0", bcfg.http_port
+                )
+                log.info("serving diagnostics on port %d", http_port)
+            ready = True
+            log.warning(
+                "broker %s#%s serving %s (etcd %s, root %s)",
+                bcfg.zone,
+                bcfg.id,
+                endpoint,
+                cfg.etcd.address,
+                root,
+            )
+
+            await asyncio.wait((session_task, stop_task), return_when=asyncio.FIRST_COMPLETED)
+            if not session_task.done():
+                log.warning("signalled to stop: draining journal assignments")
+                session.request_exit()
+                started = time.monotonic()
+                await session_task  # Returns once drained, after revoking our lease.
+                log.warning("assignments drained in %.1fs", time.monotonic() - started)
+            stop_task.cancel()
+            ready = False
+
+            svc.stop_replicas()
+            await server.stop(GRACEFUL_STOP_TIMEOUT)
+            await replicas_task
+            watch_task.cancel()
+            pers.stop()
+            await persister_task
+            await svc.peers.close()
+            await debug.close()
+            log.warning("broker stopped")
+    finally:
+        await server.stop(None)
+        await debug.close()
+        with contextlib.suppress(keyspace.errors.KeySpaceError, OSError):
+            await client.close()
+
+
+def run(cfg: config.Config) -> int:
+    """Entry point of ``python -m gazette.broker``; returns the exit status."""
+    setup_logging(cfg.log)
+    try:
+        asyncio.run(serve(cfg))
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -1,0 +1,264 @@
+"""Local replicas of assigned journals (Gazette ``broker/replica.go``, ``resolver.go``).
+
+A :class:`Replica` is this broker's runtime state of one journal assigned to
+it: the fragment :class:`~gazette.broker.fragment.index.Index`, an exclusive
+*spool slot* (the :class:`~gazette.broker.fragment.spool.Spool`, owned by one
+Append pipeline or one Replicate stream at a time), an exclusive *pipeline
+slot* (one appender sends at a time), the journal's flow-control state, and a
+``signal`` event set (and replaced) whenever the journal's assignments or
+stores change, which wakes RPCs waiting on the slots so they re-resolve.
+
+Two daemons run per replica while it lives:
+
+* *refresh*: lists every store of the journal now and then every
+  ``fragment.refresh_interval``, replacing the index's remote fragments;
+* *pulse*: a zero-byte append through the append FSM right away, after every
+  route change and every minute. Only the primary gets past resolution; its
+  pulse builds the pipeline and writes the Route into the assignment values,
+  which is what lets the allocator see the journal as consistent.
+
+On shutdown (the assignment went away, or the broker stops) the replica
+closes its pipeline, rolls its spool to an empty fragment at its end, which
+hands the last fragment to the persister, and closes its index.
+
+:class:`ReplicaSet` is the KeySpace observer that creates and stops replicas
+from the allocator state's local items, in its own TaskGroup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from gazette import allocator
+from gazette.broker import protocol as pb
+from gazette.broker.fragment import cover_set, index, spool, stores
+from gazette.broker.fragment import errors as frag_errors
+from gazette.broker.server import flow_control
+
+log = logging.getLogger(__name__)
+
+PULSE_INTERVAL = 60.0  # Gazette's healthCheckInterval.
+AUTO_SUSPEND_STABLE_TICKS = 15
+SHUTDOWN_PIPELINE_TIMEOUT = 10.0
+
+
+class ReplicaHost(Protocol):
+    """What a replica needs of its broker (implemented by the Service)."""
+
+    registry: stores.StoreRegistry
+
+    def lookup_spec(self, journal: str) -> pb.JournalSpec | None: ...
+
+    def spool_complete(self, sp: spool.Spool, primary: bool) -> None: ...
+
+    async def pulse(self, replica: Replica, stable_ticks: int) -> asyncio.Event | None:
+        """Run one pulse; returns the event signalling the next route change, if known."""
+        ...
+
+
+class Replica:
+    """Runtime state of one locally assigned journal; see the module docstring."""
+
+    def __init__(
+        self,
+        journal: str,
+        host: ReplicaHost,
+        *,
+        primary: bool,
+        create_revision: int,
+        spool_config: spool.SpoolConfig | None = None,
+        pulse_interval: float = PULSE_INTERVAL,
+    ) -> None:
+        self.journal = journal
+        self.host = host
+        self.primary = primary
+        self.create_revision = create_revision
+        self.pulse_interval = pulse_interval
+        self.index = index.Index(signer=host.registry.sign_get_url)
+        self.spool_slot: asyncio.Queue[spool.Spool] = asyncio.Queue(1)
+        self.spool_slot.put_nowait(
+            spool.Spool(journal, self, config=spool_config or spool.SpoolConfig())
+        )
+        self.pipeline_slot: asyncio.Queue[object] = asyncio.Queue(1)
+        self.pipeline_slot.put_nowait(None)
+        self.flow = flow_control.FlowState()
+        self.signal = asyncio.Event()
+        # What the last invalidation was computed from.
+        self.assignment_revisions: tuple[tuple[str, int], ...] = ()
+        self.stores: tuple[str, ...] = ()
+        self._stopping = asyncio.Event()
+
+    def __repr__(self) -> str:
+        return f"Replica({self.journal}, primary={self.primary})"
+
+    # -- SpoolObserver ------------------------------------------------------------------
+
+    def spool_commit(self, fragment: cover_set.Fragment) -> None:
+        self.index.spool_commit(fragment)
+
+    def spool_complete(self, sp: spool.Spool, primary: bool) -> None:
+        self.host.spool_complete(sp, primary)
+
+    # -- Signals ------------------------------------------------------------------------
+
+    def invalidate(self) -> None:
+        """Wake everything that resolved against the previous assignments."""
+        if self._stopping.is_set():
+            return  # The final signal stays set.
+        signal, self.signal = self.signal, asyncio.Event()
+        signal.set()
+
+    def stop(self) -> None:
+        """Begin shutdown; waiters on the slots wake and re-resolve (elsewhere)."""
+        if not self._stopping.is_set():
+            log.info("stopping local journal replica %s (primary %s)", self.journal, self.primary)
+            self._stopping.set()
+            self.signal.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    # -- Lifetime -----------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        """Run the daemons until :meth:`stop`, then shut down."""
+        log.info("starting local journal replica %s (primary %s)", self.journal, self.primary)
+        async with asyncio.TaskGroup() as tg:
+            refresh = tg.create_task(self._refresh_daemon(), name=f"refresh {self.journal}")
+            tg.create_task(self._pulse_daemon(), name=f"pulse {self.journal}")
+            await self._stopping.wait()
+            refresh.cancel()
+        await self._shut_down()
+
+    async def _refresh_daemon(self) -> None:
+        while True:
+            spec = self.host.lookup_spec(self.journal)
+            if spec is None:
+                log.warning("stopped refreshing fragments of %s (JournalSpec gone)", self.journal)
+                return
+            try:
+                listing = await index.walk_all_stores(
+                    self.host.registry, spec.name, list(spec.fragment.stores)
+                )
+            except (frag_errors.FragmentError, OSError) as e:
+                log.warning("failed to refresh fragments of %s (will retry): %s", self.journal, e)
+            else:
+                self.index.replace_remote(listing)
+            await asyncio.sleep(max(1.0, pb.duration_seconds(spec.fragment.refresh_interval)))
+
+    async def _pulse_daemon(self) -> None:
+        stable_ticks = 0
+        while not self._stopping.is_set():
+            changed = await self.host.pulse(self, stable_ticks)
+            waits = [asyncio.ensure_future(self._stopping.wait())]
+            if changed is not None:
+                waits.append(asyncio.ensure_future(changed.wait()))
+            try:
+                done, _ = await asyncio.wait(
+                    waits, timeout=self.pulse_interval, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                for w in waits:
+                    w.cancel()
+            stable_ticks = stable_ticks + 1 if not done else 0
+
+    async def _shut_down(self) -> None:
+        pln = await self.pipeline_slot.get()
+        if pln is not None:
+            try:
+                async with asyncio.timeout(SHUTDOWN_PIPELINE_TIMEOUT):
+                    await pln.shutdown(False)  # type: ignore[attr-defined]
+            except TimeoutError:
+                log.warning("pipeline of %s did not close in time; aborting it", self.journal)
+                await pln.abort()  # type: ignore[attr-defined]
+        sp = await self.spool_slot.get()
+        # Roll to an empty fragment at the end: the last fragment goes to the persister.
+        frag = pb.Fragment()
+        frag.CopyFrom(sp.spec)
+        frag.begin = frag.end
+        frag.ClearField("sum")
+        await sp.must_apply(pb.ReplicateRequest(proposal=frag, registers=sp.registers))
+        self.index.close()
+        # The slots are intentionally left empty: nothing may use this replica again.
+
+
+ReplicaFactory = Callable[[str, bool, int], Replica]
+"""Builds a replica of (journal, primary, item create revision)."""
+
+
+class ReplicaSet:
+    """Keeps one :class:`Replica` per locally assigned journal (a KeySpace observer)."""
+
+    def __init__(self, observed: allocator.ObservedState, factory: ReplicaFactory) -> None:
+        self.observed = observed
+        self._factory = factory
+        self._replicas: dict[str, Replica] = {}
+        self._tg: asyncio.TaskGroup | None = None
+        self._stopped = False
+        self._done = asyncio.Event()
+
+    def get(self, journal: str) -> Replica | None:
+        return None if self._stopped else self._replicas.get(journal)
+
+    def __len__(self) -> int:
+        return len(self._replicas)
+
+    async def run(self) -> None:
+        """Serve replicas until :meth:`stop_all`; returns once every replica shut down."""
+        async with asyncio.TaskGroup() as tg:
+            self._tg = tg
+            self.update()
+            self.observed.ks.add_observer(self.update)
+            await self._done.wait()
+        self._tg = None
+
+    def update(self) -> None:
+        """Reconcile replicas with the current local items (runs on every KeySpace update)."""
+        if self._stopped or self._tg is None:
+            return
+        state = self.observed.state
+        nxt: dict[str, Replica] = {}
+        for li in state.local_items:
+            item: allocator.Item = li.item.decoded
+            spec: pb.JournalSpec = item.spec
+            name = item.id
+            if name in nxt:
+                continue
+            primary = li.assignment.slot == 0
+            rep = self._replicas.get(name)
+            # A fresh replica when newly assigned, when demoted from primary, or when the
+            # journal was deleted and re-created (possibly within one batch of events).
+            if (
+                rep is None
+                or (not primary and rep.primary)
+                or rep.create_revision != li.item.create_revision
+            ):
+                rep = self._factory(name, primary, li.item.create_revision)
+                self._tg.create_task(rep.serve(), name=f"replica {name}")
+                # A previous replica of the name stays in self._replicas and is stopped below.
+            else:
+                del self._replicas[name]
+                rep.primary = primary
+            nxt[name] = rep
+
+            revisions = tuple((kv.key, kv.mod_revision) for kv in li.assignments)
+            stores_ = tuple(spec.fragment.stores)
+            if revisions != rep.assignment_revisions or stores_ != rep.stores:
+                rep.assignment_revisions, rep.stores = revisions, stores_
+                rep.invalidate()
+
+        prev, self._replicas = self._replicas, nxt
+        for rep in prev.values():
+            rep.stop()
+
+    def stop_all(self) -> None:
+        """Stop every replica, and create none from now on."""
+        self._stopped = True
+        for rep in self._replicas.values():
+            rep.stop()
+        self._replicas = {}
+        self._done.set()

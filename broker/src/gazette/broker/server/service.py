@@ -1,0 +1,398 @@
+"""The broker Service: local replicas, resolution, and what the append FSM needs.
+
+The Service is the runtime core of a broker process (Gazette
+``broker/service.go``): it keeps a :class:`~gazette.broker.server.replica.Replica`
+per locally assigned journal (a :class:`~gazette.broker.server.replica.ReplicaSet`
+observing the KeySpace), resolves journals, dials peers, and implements the
+collaborators of :class:`~gazette.broker.server.append_fsm.AppendFSM`
+(:class:`~gazette.broker.server.append_fsm.Deps`): pipelines, the assignment
+and suspension transactions, fragment rolls and store health. It also drives
+append FSMs to completion, for Append RPCs and for replica pulses, in a way
+that never interrupts a pipeline half-way through a request.
+
+The gRPC surface lives in :mod:`gazette.broker.server.api`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+
+import aetcd
+import grpc
+
+from gazette import allocator
+from gazette.allocator import txn
+from gazette.broker import protocol as pb
+from gazette.broker.fragment import persister, spool, stores
+from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
+from gazette.broker.server import append_fsm, errors, flow_control, pipeline, replica, resolver
+
+log = logging.getLogger(__name__)
+
+# How long a driver whose client went away lets the FSM finish on its own,
+# before tearing its pipeline down.
+ABORT_GRACE = 30.0
+
+# Pulses of non-primaries, deleted and suspended journals end at resolution.
+_PULSE_EXPECTED_STATUSES = (
+    pb.NOT_JOURNAL_PRIMARY_BROKER,
+    pb.NO_JOURNAL_PRIMARY_BROKER,
+    pb.JOURNAL_NOT_FOUND,
+    pb.SUSPENDED,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceConfig:
+    """Settings of the Service (from ``--broker.*`` flags)."""
+
+    max_replication: int = 9
+    flow_limits: flow_control.FlowLimits = dataclasses.field(
+        default_factory=flow_control.FlowLimits
+    )
+    auto_suspend: bool = False
+    spool: spool.SpoolConfig = dataclasses.field(default_factory=spool.SpoolConfig)
+    pulse_interval: float = replica.PULSE_INTERVAL
+    max_message_size: int = 4 << 20
+
+
+class Peers:
+    """gRPC channels to other brokers, one per endpoint, dialed on first use."""
+
+    def __init__(self, max_message_size: int = 4 << 20) -> None:
+        # Replicate requests carry an append's chunks plus a few bytes of framing.
+        self._options = [
+            ("grpc.max_receive_message_length", max_message_size + (64 << 10)),
+            ("grpc.max_send_message_length", max_message_size + (64 << 10)),
+        ]
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def stub(self, endpoint: str) -> pb2_grpc.JournalStub:
+        if not endpoint:
+            raise errors.PipelineError("peer has no endpoint (its BrokerSpec is missing)")
+        ch = self._channels.get(endpoint)
+        if ch is None:
+            ch = grpc.aio.insecure_channel(pb.endpoint_grpc_addr(endpoint), options=self._options)
+            self._channels[endpoint] = ch
+        return pb2_grpc.JournalStub(ch)
+
+    async def close(self) -> None:
+        channels, self._channels = self._channels, {}
+        for ch in channels.values():
+            await ch.close()
+
+
+def pick_member(
+    res: resolver.Resolution, *, require_primary: bool
+) -> tuple[pb.ProcessSpec.ID, str]:
+    """The (member, endpoint) a request resolved to ``res`` is proxied to.
+
+    The primary when required; else the resolved process if any; else a member,
+    preferring our own zone (Gazette's dispatcher prefers same-zone peers).
+    """
+    rt = res.header.route
+    endpoints = list(rt.endpoints) + [""] * (len(rt.members) - len(rt.endpoints))
+    if require_primary or (res.header.HasField("process_id") and res.header.process_id.suffix):
+        want = rt.members[rt.primary] if require_primary else res.header.process_id
+        for m, ep in zip(rt.members, endpoints, strict=True):
+            if m == want:
+                return m, ep
+        raise errors.PipelineError(f"resolved process {want} is not a route member")
+    candidates = [(m, ep) for m, ep in zip(rt.members, endpoints, strict=True) if ep]
+    if not candidates:
+        raise errors.PipelineError("no route member has an endpoint")
+    same_zone = [c for c in candidates if c[0].zone == res.local_id.zone]
+    return (same_zone or candidates)[0]
+
+
+class Service:
+    """See the module docstring. Call :meth:`run` in a task to serve replicas."""
+
+    def __init__(
+        self,
+        etcd: aetcd.Client,
+        observed: allocator.ObservedState,
+        registry: stores.StoreRegistry,
+        persister_: persister.Persister,
+        config: ServiceConfig = ServiceConfig(),
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.etcd = etcd
+        self.observed = observed
+        self.registry = registry
+        self.persister = persister_
+        self.config = config
+        self.clock = clock
+        self.replicas = replica.ReplicaSet(observed, self._new_replica)
+        self.resolver = resolver.Resolver(observed, self.replicas)
+        self.peers = Peers(config.max_message_size)
+        self.stop_proxy_reads = asyncio.Event()
+
+    def _new_replica(self, journal: str, primary: bool, create_revision: int) -> replica.Replica:
+        return replica.Replica(
+            journal,
+            self,
+            primary=primary,
+            create_revision=create_revision,
+            spool_config=self.config.spool,
+            pulse_interval=self.config.pulse_interval,
+        )
+
+    async def run(self) -> None:
+        """Serve local replicas until :meth:`stop_replicas` (then they have shut down)."""
+        await self.replicas.run()
+
+    def stop_replicas(self) -> None:
+        """Shutdown: stop all local replicas; later resolutions to us fail."""
+        self.stop_proxy_reads.set()
+        self.resolver.stop_serving_local_replicas()
+        self.replicas.stop_all()
+
+    def local_id(self) -> pb.ProcessSpec.ID:
+        return self.resolver.local_id()
+
+    def unrouted_header(self) -> pb.Header:
+        return resolver.unrouted_header(self.observed, self.local_id())
+
+    # -- ReplicaHost --------------------------------------------------------------------
+
+    def lookup_spec(self, journal: str) -> pb.JournalSpec | None:
+        state = self.observed.state
+        i = state.find_item(journal)
+        if i == -1:
+            return None
+        spec: pb.JournalSpec = state.item(i).spec
+        return spec
+
+    def spool_complete(self, sp: spool.Spool, primary: bool) -> None:
+        self.persister.spool_complete(sp, primary)
+
+    async def pulse(self, rep: replica.Replica, stable_ticks: int) -> asyncio.Event | None:
+        suspend = pb.AppendRequest.SUSPEND_NO_RESUME
+        if self.config.auto_suspend and stable_ticks >= replica.AUTO_SUSPEND_STABLE_TICKS:
+            suspend = pb.AppendRequest.SUSPEND_IF_FLUSHED
+        fsm = append_fsm.AppendFSM(
+            self,
+            pb.AppendRequest(journal=rep.journal, do_not_proxy=True, suspend=suspend),
+            clock=self.clock,
+        )
+        await self.drive(fsm, None, give_up_after=self.config.pulse_interval)
+        res = fsm.resolved
+        expected = res is not None and res.status in _PULSE_EXPECTED_STATUSES
+        expected = expected or isinstance(fsm.err, errors.Cancelled | errors.ResolutionError)
+        if fsm.state != append_fsm.State.FINISHED and not expected:
+            log.warning(
+                "journal pulse of %s failed (will retry): status %s, %s",
+                rep.journal,
+                res.status if res is not None else "-",
+                fsm.err,
+            )
+        return res.invalidated if res is not None else None
+
+    # -- Driving the append FSM ---------------------------------------------------------
+
+    async def drive(
+        self,
+        fsm: append_fsm.AppendFSM,
+        requests: AsyncIterator[pb.AppendRequest] | None,
+        *,
+        give_up_after: float | None = None,
+    ) -> tuple[int, int]:
+        """Run ``fsm`` to a terminal state; returns (total, delayed) content chunks.
+
+        ``requests`` are the client's messages after the first (None: a pulse, which
+        commits zero bytes). The FSM runs in a task of its own: if our caller is
+        cancelled (the client went away) or ``give_up_after`` seconds pass, the FSM is asked to
+        abort and given :data:`ABORT_GRACE` to get its pipeline back in order; only
+        then is the pipeline torn down.
+        """
+        source = None if requests is None else _abortable(requests, fsm.aborted)
+        task = asyncio.ensure_future(self._drive(fsm, source))
+        try:
+            done, _ = await asyncio.wait({task}, timeout=give_up_after)
+            if done:
+                return task.result()
+            fsm.aborted.set()
+            done, _ = await asyncio.wait({task}, timeout=ABORT_GRACE)
+            if done:
+                return task.result()
+        except asyncio.CancelledError:
+            fsm.aborted.set()
+            done, _ = await asyncio.wait({task}, timeout=ABORT_GRACE)
+            if not done:
+                await self._abandon(task, fsm)
+            raise
+        await self._abandon(task, fsm)
+        return 0, 0
+
+    async def _abandon(
+        self, task: asyncio.Future[tuple[int, int]], fsm: append_fsm.AppendFSM
+    ) -> None:
+        log.warning("abandoning append of %s in state %s", fsm.req.journal, fsm.state.name)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await fsm.abandon()
+        if fsm.state not in append_fsm.TERMINAL:
+            fsm.err = errors.Cancelled()
+            fsm.state = append_fsm.State.ERROR
+
+    async def _drive(
+        self, fsm: append_fsm.AppendFSM, source: AsyncIterator[pb.AppendRequest] | None
+    ) -> tuple[int, int]:
+        totals = (0, 0)
+        try:
+            if not await fsm.run_to(append_fsm.State.STREAM_CONTENT):
+                return totals
+            if source is None:
+                await fsm.on_stream_content(pb.AppendRequest(), None)  # Intent to commit.
+                await fsm.on_stream_content(None, None)  # Commit.
+            else:
+                res = fsm.resolved
+                assert res is not None and res.replica is not None
+                assert res.journal_spec is not None
+                flow = res.replica.flow
+                flow.reset(
+                    res.journal_spec.max_append_rate,
+                    self.config.flow_limits,
+                    int(self.clock() * 1000),
+                )
+                fc = flow_control.FlowControl(
+                    flow, source, clock=self.clock, invalidated=res.invalidated.is_set
+                )
+                try:
+                    while fsm.state == append_fsm.State.STREAM_CONTENT:
+                        msg: pb.AppendRequest | None = None
+                        err: BaseException | None = None
+                        try:
+                            msg = await fc.recv()
+                        except (errors.BrokerServerError, grpc.RpcError) as e:
+                            err = e
+                        await fsm.on_stream_content(msg, err)
+                finally:
+                    await fc.aclose()
+                totals = (flow.total_chunks, flow.delayed_chunks)
+            await fsm.run_to(append_fsm.State.FINISHED)
+            return totals
+        finally:
+            await fsm.release_pipeline()
+
+    # -- append_fsm.Deps ----------------------------------------------------------------
+
+    async def resolve(
+        self,
+        journal: str,
+        *,
+        may_proxy: bool,
+        require_primary: bool,
+        min_etcd_revision: int = 0,
+        proxy_header: pb.Header | None = None,
+    ) -> resolver.Resolution:
+        return await self.resolver.resolve(
+            journal,
+            may_proxy=may_proxy,
+            require_primary=require_primary,
+            min_etcd_revision=min_etcd_revision,
+            proxy_header=proxy_header,
+        )
+
+    def new_pipeline(self, resolution: append_fsm.Resolution, spool_: object) -> pipeline.Pipeline:
+        rep = resolution.replica
+        assert rep is not None
+        header = pb.Header()
+        header.CopyFrom(resolution.header)
+        return pipeline.Pipeline(
+            header,
+            spool_,
+            rep.spool_slot.put_nowait,
+            lambda _member, endpoint: self.peers.stub(endpoint),
+        )
+
+    async def update_assignments(self, resolution: append_fsm.Resolution) -> int:
+        assert isinstance(resolution, resolver.Resolution)
+        rt = allocator.route_of(resolution.assignments)
+        value = rt.SerializeToString()
+        cmps, ops = [], []
+        for kv in resolution.assignments:
+            if not pb.route_equivalent(rt, kv.decoded.value):
+                # Keep the assignment's lease: it is the assigned member's, not ours.
+                ops.append(txn.put(kv.key, value, ignore_lease=True))
+            cmps.append(txn.mod_revision_is(kv.key, kv.mod_revision))
+        if not ops:
+            return 0
+        return await self._checked_txn(cmps, ops, "updating assignments")
+
+    async def update_journal_spec(
+        self, resolution: append_fsm.Resolution, spec: pb.JournalSpec
+    ) -> int:
+        assert isinstance(resolution, resolver.Resolution) and resolution.item is not None
+        item = resolution.item
+        cmps = [txn.mod_revision_is(item.key, item.mod_revision)]
+        cmps.extend(txn.mod_revision_is(kv.key, kv.mod_revision) for kv in resolution.assignments)
+        ops = [txn.put(item.key, spec.SerializeToString())]
+        return await self._checked_txn(cmps, ops, "updating JournalSpec")
+
+    async def _checked_txn(self, cmps: list[object], ops: list[object], what: str) -> int:
+        """Run a guarded txn; the revision to read through (0 if it lost its race)."""
+        try:
+            resp = await txn.commit(self.etcd, cmps, ops)
+        except allocator.errors.EtcdError as e:
+            raise errors.BrokerServerError(f"{what}: {e}") from e
+        if resp.succeeded:
+            return int(resp.header.revision)
+        # Lost a race with another writer of these keys (usually the allocator). Its
+        # write is under our root, so the next KeySpace update brings it; the
+        # caller then re-resolves and converges with another attempt.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1.0):
+                await self.observed.ks.wait_for_update()
+        return 0
+
+    def maybe_roll(self, spool_: object, roll_to_offset: int, spec: pb.JournalSpec) -> pb.Fragment:
+        assert isinstance(spool_, spool.Spool)
+        return spool.maybe_roll(spool_, roll_to_offset, spec.fragment, self.clock())
+
+    async def await_store_health(self, resolution: append_fsm.Resolution) -> str | None:
+        spec = resolution.journal_spec
+        assert spec is not None and spec.fragment.stores
+        url = spec.fragment.stores[0]
+        active = self.registry.get(url)
+        for attempt in range(append_fsm.STORE_HEALTH_CHECK_RETRIES + 1):
+            next_check, err = active.health_status()
+            if err is None:
+                return None
+            if attempt == append_fsm.STORE_HEALTH_CHECK_RETRIES:
+                return f"fragment store {url} unhealthy: {err}"
+            await next_check.wait()
+        return None  # Not reached.
+
+    def desired_replication(self, spec: pb.JournalSpec) -> int:
+        return pb.desired_replication(spec, self.config.max_replication)
+
+
+async def _abortable(
+    source: AsyncIterator[pb.AppendRequest], aborted: asyncio.Event
+) -> AsyncIterator[pb.AppendRequest]:
+    """Messages of ``source`` until it ends, or :class:`errors.Cancelled` once ``aborted``."""
+    while True:
+        nxt = asyncio.ensure_future(anext(source))
+        stop = asyncio.ensure_future(aborted.wait())
+        try:
+            await asyncio.wait((nxt, stop), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not nxt.done():
+                nxt.cancel()
+        if not nxt.done() or nxt.cancelled():
+            raise errors.Cancelled()
+        try:
+            msg = nxt.result()
+        except StopAsyncIteration:
+            return
+        yield msg
