@@ -1,0 +1,91 @@
+"""The broker client: append to and read from journals of a Gazette broker cluster.
+
+This is what applications, ``gazctl`` and the consumer framework use to talk
+to brokers over ``protocol.Journal`` (grpc.aio). It sits above the protocol
+and below every application (ARCHITECTURE.md), and mirrors Gazette's Go
+``broker/client`` package:
+
+- :class:`JournalClient` — channels and *routing*: without a route cache every
+  RPC goes to ``--broker.address`` and brokers proxy it; with one
+  (``cache_size > 0``) RPCs go straight to a route member — the primary for
+  appends, a same-zone member for reads — avoiding brokers that just failed.
+- :class:`Appender` / :func:`append` — one atomic append of any size, streamed
+  from bytes, a file or an iterator, retried on ``UNAVAILABLE`` and routing
+  statuses as Gazette does (broker.md §1.6).
+- :class:`AppendService` / :class:`AsyncAppend` — many small writes batched
+  into per-journal, strictly ordered, pipelined appends; optional dependencies
+  between appends; terminal failures stick to their journal.
+- :class:`Reader` — one Read RPC; reads fragments straight from their store
+  when handed a signed URL (``file://`` under a file root, ``http(s)://`` such
+  as S3 presigned URLs), with Gazette's gzip rules.
+- :class:`RetryReader` — a read that follows the journal across broker
+  failures and route changes, resuming at the exact offset reached.
+- :class:`RouteCache`, and helpers :func:`list_journals`, :func:`get_journal`,
+  :func:`apply_journals`, :func:`list_all_fragments`,
+  :func:`fragment_store_health`, :class:`WatchedList`.
+- :mod:`sync` — a blocking facade for scripts; :mod:`errors` — the error
+  hierarchy (a class per ``pb.Status``, with structured fields).
+
+Usage::
+
+    from gazette.broker import client, protocol as pb
+
+    async with client.JournalClient(client.ClientConfig(address="http://localhost:8080")) as jc:
+        await client.append(jc, "examples/foo", b"hello\\n")
+        async with client.AppendService(jc) as svc:
+            for i in range(1000):
+                svc.append("examples/foo", b"record %d\\n" % i)   # batched, in order
+        async with client.RetryReader(jc, pb.ReadRequest(journal="examples/foo")) as rr:
+            async for chunk in rr:                               # up to the write head
+                print(chunk)
+"""
+
+from gazette.broker.client import errors, sync
+from gazette.broker.client.append_service import (
+    AppendService,
+    AppendServiceConfig,
+    AsyncAppend,
+    AsyncOperation,
+)
+from gazette.broker.client.appender import Appender, Content, append
+from gazette.broker.client.config import Backoff, ClientConfig, Clock, SystemClock
+from gazette.broker.client.journal_client import JournalClient
+from gazette.broker.client.listing import (
+    WatchedList,
+    apply_journals,
+    fragment_store_health,
+    get_journal,
+    list_all_fragments,
+    list_journals,
+)
+from gazette.broker.client.reader import FragmentReader, Reader, open_fragment_url
+from gazette.broker.client.retry_reader import RetryReader
+from gazette.broker.client.route_cache import RouteCache
+
+__all__ = [
+    "AppendService",
+    "AppendServiceConfig",
+    "Appender",
+    "AsyncAppend",
+    "AsyncOperation",
+    "Backoff",
+    "ClientConfig",
+    "Clock",
+    "Content",
+    "FragmentReader",
+    "JournalClient",
+    "Reader",
+    "RetryReader",
+    "RouteCache",
+    "SystemClock",
+    "WatchedList",
+    "append",
+    "apply_journals",
+    "errors",
+    "fragment_store_health",
+    "get_journal",
+    "list_all_fragments",
+    "list_journals",
+    "open_fragment_url",
+    "sync",
+]

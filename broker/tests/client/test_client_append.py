@@ -1,0 +1,129 @@
+"""Appender / append(): atomic appends, chunking, content sources and Gazette's retry policy."""
+
+from __future__ import annotations
+
+import io
+import pathlib
+
+import grpc
+import pytest
+from client_fakes import FakeBroker, InstantClock
+
+from gazette.broker import client
+from gazette.broker import protocol as pb
+from gazette.broker.client import appender, errors
+
+
+async def test_append_bytes_commits_one_span(fake: FakeBroker, jc: client.JournalClient) -> None:
+    resp = await client.append(jc, "a/journal", b"hello\n")
+    assert resp.status == pb.OK
+    assert (resp.commit.begin, resp.commit.end) == (0, 6)
+    resp = await client.append(jc, "a/journal", b"world\n")
+    assert (resp.commit.begin, resp.commit.end) == (6, 12)
+    assert bytes(fake.content["a/journal"]) == b"hello\nworld\n"
+
+
+async def test_large_append_is_chunked_and_atomic(
+    fake: FakeBroker, jc: client.JournalClient
+) -> None:
+    body = bytes(range(256)) * (3 * appender.CHUNK_SIZE // 256 + 7)
+    resp = await client.append(jc, "a/journal", body)
+    assert resp.commit.end == len(body)
+    assert fake.appends == [("a/journal", body)]
+
+
+@pytest.mark.parametrize("kind", ["path", "file", "factory", "iterator", "async-iterator"])
+async def test_content_sources(
+    fake: FakeBroker, jc: client.JournalClient, tmp_path: pathlib.Path, kind: str
+) -> None:
+    parts = [b"x" * 100_000, b"y" * 200_000, b"z"]
+    body = b"".join(parts)
+    path = tmp_path / "body"
+    path.write_bytes(body)
+
+    async def agen():  # type: ignore[no-untyped-def]
+        for p in parts:
+            yield p
+
+    content: client.Content = {
+        "path": path,
+        "file": io.BytesIO(body),
+        "factory": lambda: iter(parts),
+        "iterator": iter(parts),
+        "async-iterator": agen(),
+    }[kind]
+    await client.append(jc, "a/journal", content)
+    assert bytes(fake.content["a/journal"]) == body
+
+
+async def test_text_is_refused(jc: client.JournalClient) -> None:
+    with pytest.raises(TypeError, match="not str"):
+        await client.append(jc, "a/journal", "text")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        pb.NOT_JOURNAL_PRIMARY_BROKER,
+        pb.NO_JOURNAL_PRIMARY_BROKER,
+        pb.INSUFFICIENT_JOURNAL_BROKERS,
+        grpc.StatusCode.UNAVAILABLE,
+    ],
+)
+async def test_transient_failures_are_retried(
+    fake: FakeBroker, jc: client.JournalClient, clock: InstantClock, failure: object
+) -> None:
+    fake.append_outcomes = [failure, failure]  # type: ignore[list-item]
+    # A one-shot iterator is replayed from the client's spool on each retry.
+    resp = await client.append(jc, "a/journal", iter([b"one ", b"two"]))
+    assert resp.commit.end == 7
+    assert fake.appends == [("a/journal", b"one two")]
+    assert len(fake.append_requests) == 3
+    assert clock.sleeps == [0.05, 0.05]
+
+
+@pytest.mark.parametrize(
+    ("status", "exc"),
+    [
+        (pb.JOURNAL_NOT_FOUND, errors.JournalNotFound),
+        (pb.NOT_ALLOWED, errors.NotAllowed),
+        (pb.WRONG_APPEND_OFFSET, errors.WrongAppendOffset),
+        (pb.SUSPENDED, errors.Suspended),
+    ],
+)
+async def test_other_statuses_raise(
+    fake: FakeBroker, jc: client.JournalClient, status: int, exc: type[Exception]
+) -> None:
+    fake.append_outcomes = [status]
+    with pytest.raises(exc) as info:
+        await client.append(jc, "a/journal", b"data")
+    assert isinstance(info.value, errors.StatusError)
+    assert info.value.status == status and info.value.journal == "a/journal"
+    assert info.value.header is not None and info.value.header.etcd.revision == 10
+    assert len(fake.append_requests) == 1
+
+
+async def test_grpc_errors_other_than_unavailable_raise(
+    fake: FakeBroker, jc: client.JournalClient
+) -> None:
+    fake.append_outcomes = [grpc.StatusCode.INTERNAL]
+    with pytest.raises(errors.TransportError) as info:
+        await client.append(jc, "a/journal", b"data")
+    assert info.value.code == grpc.StatusCode.INTERNAL
+    assert "injected failure" in str(info.value)
+
+
+async def test_invalid_request_is_refused_before_sending(
+    fake: FakeBroker, jc: client.JournalClient
+) -> None:
+    with pytest.raises(pb.ValidationError, match=r"Request\.Journal"):
+        await client.append(jc, "not//clean", b"data")
+    assert fake.append_requests == []
+
+
+async def test_aborted_appender_commits_nothing(fake: FakeBroker, jc: client.JournalClient) -> None:
+    app = client.Appender(jc, pb.AppendRequest(journal="a/journal"))
+    await app.write(b"partial")
+    app.abort()
+    await client.append(jc, "a/journal", b"whole")
+    assert bytes(fake.content["a/journal"]) == b"whole"
