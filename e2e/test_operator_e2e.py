@@ -217,8 +217,13 @@ async def test_apply_get_edit_delete_as_a_user_would(
         return await etcd_value(etcd_client, f"{broker_root}/items/logs/app/a") == want
 
     await kubeapi.eventually(edited, within=30, what="the edit in etcd")
-    got = await wait_ready(kube, namespace, "journals", {"logs-a": applied})
-    assert got["logs-a"]["status"]["observedGeneration"] == 2
+
+    async def observed() -> bool:
+        got = {o["metadata"]["name"]: o for o in await objects(kube, namespace, "journals")}
+        status = got["logs-a"].get("status", {})
+        return status.get("observedGeneration") == 2 and ready_of(got["logs-a"]) == applied
+
+    await kubeapi.eventually(observed, within=30, what="generation 2 observed")
 
     # Deletion honours the policy: Delete removes the spec (then the object), Retain keeps it.
     await kube.kubectl_async("delete", "journal", "logs-b", "logs-a", "-n", namespace)
@@ -290,7 +295,10 @@ async def test_conflicts_pause_unmanage_and_out_of_band_edits(
     etcd_client: Any,
     etcd_roots: tuple[str, str],
 ) -> None:
-    first_ns, second_ns = (f"e2e-{secrets.token_hex(4)}" for _ in range(2))
+    # Creation times have one-second precision: ties go to the namespace first in order,
+    # so the owner's namespace sorts first whatever the timing.
+    run = secrets.token_hex(4)
+    first_ns, second_ns = f"e2e-{run}-a", f"e2e-{run}-b"
     for ns in (first_ns, second_ns):
         await kube.kubectl_async("create", "namespace", ns)
     start_operator(first_ns, second_ns)

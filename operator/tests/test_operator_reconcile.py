@@ -307,3 +307,10 @@ def test_go_presence_of_empty_sub_messages() -> None:
     assert shard_spec.SerializeToString() == (
         b"\n\x07a-shard" + b"2\x02\x08\x01" + b":\x00" + b"R\x00"
     )
+
+
+def test_registry_and_settings_build() -> None:
+    registry = handlers.build_registry(CONFIG, testing.MemorySpecStore())
+    assert isinstance(registry, kopf.OperatorRegistry)
+    settings = handlers.operator_settings()
+    assert settings.persistence.finalizer == crd.FINALIZER == "gazette.dev/delete-spec"

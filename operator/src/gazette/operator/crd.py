@@ -28,6 +28,7 @@ __all__ = [
     "FINALIZER",
     "GROUP",
     "JOURNAL",
+    "LAST_HANDLED_FIELD",
     "PAUSED_ANNOTATION",
     "SHARD",
     "UNMANAGED_ANNOTATION",
@@ -50,6 +51,8 @@ PAUSED_ANNOTATION = "gazette.dev/paused"
 """``"true"``: leave etcd alone for now; the object reports Ready=False, reason Paused."""
 UNMANAGED_ANNOTATION = "gazette.dev/unmanaged"
 """``"true"``: the operator ignores the object entirely (and drops its finalizer)."""
+LAST_HANDLED_FIELD = "lastHandledConfiguration"
+"""The field of ``status`` where kopf keeps what it last handled (its "diff base")."""
 FINALIZER = "gazette.dev/delete-spec"
 """Held only by objects with ``deletionPolicy: Delete``, until their spec left etcd."""
 
@@ -192,6 +195,14 @@ def _status() -> dict[str, Any]:
                 "description": "Etcd mod revision of the spec's key as last written or seen.",
             },
             "etcdKey": {"type": "string", "description": "The etcd key of the spec."},
+            LAST_HANDLED_FIELD: {
+                "type": "string",
+                "description": (
+                    "The operator's record (JSON) of the spec, labels and annotations it last "
+                    "handled, to tell edits apart. Kept in status, so that handling an object "
+                    "costs one status write."
+                ),
+            },
             "conditions": {
                 "type": "array",
                 "x-kubernetes-list-type": "map",
