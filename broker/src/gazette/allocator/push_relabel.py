@@ -150,16 +150,13 @@ class MaxFlow:
             fid = self.free.pop()
         else:
             fid = len(self.f_rate)
-            for col in (
-                self.f_from,
-                self.f_to,
-                self.f_rate,
-                self.f_fprev,
-                self.f_fnext,
-                self.f_rprev,
-                self.f_rnext,
-            ):
-                col.append(0)
+            self.f_from.append(0)
+            self.f_to.append(0)
+            self.f_rate.append(0)
+            self.f_fprev.append(0)
+            self.f_fnext.append(0)
+            self.f_rprev.append(0)
+            self.f_rnext.append(0)
         self.f_from[fid], self.f_to[fid], self.f_rate[fid] = frm, to, 0
         fp = fn = rp = rn = 0
         if push_front:
@@ -215,29 +212,20 @@ class MaxFlow:
         self.f_from[fid] = self.f_to[fid] = self.f_rate[fid] = 0
         self.f_fprev[fid] = self.f_fnext[fid] = self.f_rprev[fid] = self.f_rnext[fid] = 0
 
-    def _add_excess(self, node: int, delta: int) -> None:
-        if self.excess[node] == 0 and node != SINK:
-            self._push_active(node)
-        self.excess[node] += delta
-
     # -- discharge -----------------------------------------------------------
-
-    def _constrain(self, node: int, to: int) -> bool:
-        """Whether ``node`` may push to ``to``; if not, lower-bound its next height."""
-        ht = self.height[to]
-        if self.height[node] <= ht:
-            if self.next_height[node] > ht + 1:
-                self.next_height[node] = ht + 1
-            return False
-        return True
 
     def discharge(
         self, nid: int, arcs_of: Callable[[MaxFlow, int, int], tuple[Sequence[Arc], int]]
     ) -> None:
+        # The hot loop of the solver: height checks, excess updates and heap
+        # pushes are inlined (a member shedding excess may walk a thousand
+        # residuals per discharge). Keep the order of operations Gazette's:
+        # solutions must stay identical to the Go allocator's.
         page, ind, excess = self.page, self.ind, self.excess
+        height, next_height = self.height, self.next_height
         f_rate, f_to, f_from, f_rprev = self.f_rate, self.f_to, self.f_from, self.f_rprev
         didx = self.discharge_idx
-        constrain, add_excess = self._constrain, self._add_excess
+        push_active = self._push_active
 
         # Index the node's outgoing flows by destination, for O(1) lookups.
         fid = self.fwd_head[nid]
@@ -246,70 +234,101 @@ class MaxFlow:
             fid = self.f_fnext[fid]
         try:
             arcs: Sequence[Arc] = ()
+            n_arcs = 0
             shift = 0
             next_page = PAGE_INITIAL
             fid = 0
+            hn = height[nid]
             if page[nid] != PAGE_EOF:
                 arcs, next_page = arcs_of(self, nid, page[nid])
-                if arcs:
-                    shift = nid % len(arcs)
+                n_arcs = len(arcs)
+                if n_arcs:
+                    shift = nid % n_arcs
             else:
                 fid = self.rev_tail[nid]
 
             while True:
                 if page[nid] != PAGE_EOF:
-                    if ind[nid] != len(arcs):
+                    i = ind[nid]
+                    if i != n_arcs:
                         # Push along the current arc. Rotating the start by the
                         # node id spreads nodes sharing arcs over different targets.
-                        a = ind[nid] + shift
-                        if a >= len(arcs):
-                            a -= len(arcs)
+                        a = i + shift
+                        if a >= n_arcs:
+                            a -= n_arcs
                         to, cap, front = arcs[a]
                         fid = didx[to]
-                        if f_rate[fid] >= cap or not constrain(nid, to):
-                            ind[nid] += 1
+                        if f_rate[fid] >= cap:
+                            ind[nid] = i + 1
+                            continue
+                        ht = height[to]
+                        if hn <= ht:
+                            if next_height[nid] > ht + 1:
+                                next_height[nid] = ht + 1
+                            ind[nid] = i + 1
                             continue
                         if fid == 0:
                             fid = self._add_flow(nid, to, front)
                             didx[to] = fid
                         delta = cap - f_rate[fid]
-                        if delta > excess[nid]:
-                            delta = excess[nid]
+                        ex = excess[nid]
+                        if delta > ex:
+                            delta = ex
                         f_rate[fid] += delta
-                        add_excess(nid, -delta)
-                        add_excess(to, delta)
-                        if excess[nid] == 0:
+                        excess[nid] = ex - delta
+                        if excess[to] == 0 and to != SINK:
+                            push_active(to)
+                        excess[to] += delta
+                        if ex == delta:
                             return  # resume at this same arc, should excess return
-                        ind[nid] += 1
+                        ind[nid] = i + 1
                     else:
                         page[nid], ind[nid] = next_page, 0
                         if next_page != PAGE_EOF:
                             arcs, next_page = arcs_of(self, nid, page[nid])
-                            shift = nid % len(arcs) if arcs else 0
+                            n_arcs = len(arcs)
+                            shift = nid % n_arcs if n_arcs else 0
                         else:
                             fid = self.rev_tail[nid]  # residuals, LIFO
                 elif fid != 0:
-                    prev = f_rprev[fid]
+                    # Skip the residuals we may not push back along (at or
+                    # above our height) in a tight loop: most of a discharge's
+                    # steps on a tight network are these.
+                    nh = next_height[nid]
                     frm = f_from[fid]
-                    if not constrain(nid, frm):
-                        fid = prev
-                        continue
+                    ht = height[frm]
+                    while hn <= ht:
+                        if nh > ht + 1:
+                            nh = ht + 1
+                        fid = f_rprev[fid]
+                        if fid == 0:
+                            break
+                        frm = f_from[fid]
+                        ht = height[frm]
+                    next_height[nid] = nh
+                    if fid == 0:
+                        continue  # no residual left: relabel
+                    prev = f_rprev[fid]
                     delta = f_rate[fid]
-                    if delta > excess[nid]:
-                        delta = excess[nid]
+                    ex = excess[nid]
+                    if delta > ex:
+                        delta = ex
                     f_rate[fid] -= delta
-                    add_excess(nid, -delta)
-                    add_excess(frm, delta)
+                    excess[nid] = ex - delta
+                    if excess[frm] == 0 and frm != SINK:
+                        push_active(frm)
+                    excess[frm] += delta
                     if f_rate[fid] == 0:
                         self._remove_flow(fid)
-                    if excess[nid] == 0:
+                    if ex == delta:
                         return
                     fid = prev
                 else:
                     if nid == SOURCE:
                         return  # the source is never relabelled: done
                     self._relabel(nid)
-                    page[nid], next_page, arcs = PAGE_INITIAL, PAGE_INITIAL, ()
+                    hn = height[nid]
+                    page[nid], next_page, arcs, n_arcs = PAGE_INITIAL, PAGE_INITIAL, (), 0
                     ind[nid] = 0
         finally:
             fid = self.fwd_head[nid]

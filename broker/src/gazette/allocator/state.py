@@ -43,10 +43,6 @@ class LocalItem:
         return a
 
 
-def _key(kv: keys.RawKeyValue) -> str:
-    return kv.key
-
-
 class State:
     """Allocator state extracted from KeySpace ``entries`` (sorted on key).
 
@@ -97,7 +93,9 @@ class State:
         # [begin, end) of each item's assignments within ``assignments``.
         self.item_assignments: list[tuple[int, int]] = []
 
-        h = hashlib.blake2b(digest_size=8)
+        # The network hash folds (key, number) of every member and item: one
+        # digest of one joined string, not a digest update per key.
+        fold: list[str] = []
         exiting: list[int] = []
         for i, kv in enumerate(members):
             m: keys.Member = kv.decoded
@@ -112,10 +110,11 @@ class State:
                 else:
                     self.zone_slots[-1] += slots
             self.member_slots += slots
-            _fold(h, _key(kv), slots)
+            fold.append(kv.key)
+            fold.append(str(slots))
             if m.exiting:
                 exiting.append(i)
-            if _key(kv) == local_key:
+            if kv.key == local_key:
                 self.local_member_index = i
 
         # Join items with their (ordered) assignments. Assignments of items
@@ -123,17 +122,21 @@ class State:
         max_replication = 0
         ai = 0
         na = len(assignments)
+        asn_ids = [kv.decoded.item_id for kv in assignments]
         for item_kv in items:
             item: keys.Item = item_kv.decoded
+            item_id = item.id
             r = item.desired_replication
             self.item_slots += r
-            max_replication = max(max_replication, r)
-            _fold(h, _key(item_kv), r)
+            if r > max_replication:
+                max_replication = r
+            fold.append(item_kv.key)
+            fold.append(str(r))
 
-            while ai < na and assignments[ai].decoded.item_id < item.id:
+            while ai < na and asn_ids[ai] < item_id:
                 ai += 1
             begin = ai
-            while ai < na and assignments[ai].decoded.item_id == item.id:
+            while ai < na and asn_ids[ai] == item_id:
                 ai += 1
             self.item_assignments.append((begin, ai))
             cohort = assignments[begin:ai]
@@ -160,9 +163,12 @@ class State:
             self.shed_capacity[i] = shed
             self.member_slots -= shed
             excess -= shed
-            _fold(h, _key(members[i]), shed)
+            fold.append(members[i].key)
+            fold.append(str(shed))
 
-        self.network_hash = int.from_bytes(h.digest(), "big")
+        # Not Gazette's CRC-64: the hash never leaves the process, only its changes matter.
+        digest = hashlib.blake2b("\x00".join(fold).encode(), digest_size=8).digest()
+        self.network_hash = int.from_bytes(digest, "big")
 
     def __repr__(self) -> str:
         ms = [
@@ -245,9 +251,3 @@ class _ItemIds(Sequence[str]):
 
     def __getitem__(self, i: Any) -> Any:
         return self._items[i].decoded.id
-
-
-def _fold(h: Any, key: str, n: int) -> None:
-    # Not Gazette's CRC-64: the hash never leaves the process, only its changes matter.
-    h.update(key.encode())
-    h.update(b"\x00%d\x00" % n)
