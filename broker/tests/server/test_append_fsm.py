@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from gazette.broker.protocol import protocol_pb2 as pb2
 from gazette.broker import protocol as pb
+from gazette.broker.protocol import protocol_pb2 as pb2
 from gazette.broker.server import errors
 from gazette.broker.server.append_fsm import AppendFSM, State
 

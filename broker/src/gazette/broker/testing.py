@@ -256,12 +256,22 @@ class BrokerCluster:
         self.brokers[i].wait_ready(timeout)
 
     def stop(self, timeout: float = 60.0) -> None:
-        """Stop every broker gracefully, all at once (SIGKILL after ``timeout``)."""
+        """SIGTERM every broker at once; SIGKILL those still running after ``timeout``.
+
+        Brokers exit gracefully only once the allocator moved their journals
+        elsewhere, which it can't when every broker is exiting (or when a journal's
+        replication equals the number of brokers): tear-downs use a short timeout.
+        """
         for b in self.brokers:
             if b.alive and b.proc is not None:
                 b.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
         for b in self.brokers:
-            b.terminate(timeout)
+            b.terminate(max(0.0, deadline - time.monotonic()))
+
+    def kill_all(self) -> None:
+        for b in self.brokers:
+            b.kill()
 
     def logs(self, lines: int = 40) -> str:
         return "\n".join(f"== {b.suffix}\n{b.log_tail(lines)}" for b in self.brokers)
@@ -280,7 +290,7 @@ class BrokerCluster:
         e: BaseException | None,
         tb: types.TracebackType | None,
     ) -> None:
-        self.stop(timeout=30 if et is None else 5)
+        self.stop(timeout=5)
 
     def channel(self, i: int = 0) -> grpc.aio.Channel:
         """A grpc.aio channel to broker ``i`` (use ``async with``)."""

@@ -433,20 +433,15 @@ class AppendFSM:
         assert res is not None
         replica = self._replica()
 
-        _, invalidated = await self._race(replica.index.wait_first_refresh())
+        health_err, invalidated = await self._race(self._await_index_and_store(res, replica, spec))
         if invalidated:
             self.state = State.RESOLVE
             return
-        if spec.fragment.stores:
-            health_err, invalidated = await self._race(self.deps.await_store_health(res))
-            if invalidated:
-                self.state = State.RESOLVE
-                return
-            if health_err:
-                res.status = Status.FRAGMENT_STORE_UNHEALTHY
-                self.err = errors.BrokerServerError(health_err)
-                self.state = State.ERROR
-                return
+        if health_err:
+            res.status = Status.FRAGMENT_STORE_UNHEALTHY
+            self.err = errors.BrokerServerError(health_err)
+            self.state = State.ERROR
+            return
 
         index_min, index_max, index_mod_time = replica.index.summary()
         suspend = spec.suspend
@@ -513,6 +508,31 @@ class AppendFSM:
             # that the stores show a "dirty" index to recovering brokers.
             self.roll_to_offset = spool_end
         self.state = State.STREAM_CONTENT
+
+    async def _await_index_and_store(
+        self, res: Resolution, replica: Replica, spec: pb2.JournalSpec
+    ) -> str | None:
+        """Wait for the index's first store listing and a healthy primary store, together.
+
+        An unhealthy store fails the append even while the listing is still
+        missing (a store that can't be built can't be listed either).
+        """
+        refresh = asyncio.ensure_future(replica.index.wait_first_refresh())
+        pending: set[asyncio.Future[Any]] = {refresh}
+        health: asyncio.Future[str | None] | None = None
+        if spec.fragment.stores:
+            health = asyncio.ensure_future(self.deps.await_store_health(res))
+            pending.add(health)
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if health is not None and health in done and (err := health.result()):
+                    return err
+            return None
+        finally:
+            for f in (refresh, health):
+                if f is not None and not f.done():
+                    f.cancel()
 
     async def _on_update_suspend(self) -> None:
         self.must_state(State.UPDATE_SUSPEND)
