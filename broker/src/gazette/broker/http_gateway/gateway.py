@@ -1,0 +1,282 @@
+"""The journal HTTP gateway: ``GET`` / ``HEAD`` / ``PUT /<journal>`` over gRPC (broker.md §11.1).
+
+Each request becomes one ``protocol.Journal`` RPC on a gRPC channel (the
+broker's own port, so the RPC is routed and proxied like any client's):
+
+- ``GET /<journal>?offset=<int>&block=<bool>`` is a Read. The first response
+  decides the status line and headers (``X-Route-Token``, ``Location``,
+  ``X-Fragment-Name``, ``X-Fragment-Last-Modified``, ``X-Fragment-Location``,
+  ``Content-Range``, ``X-Write-Head``); content then streams as chunks, and
+  the ``X-Close-Error`` trailer says why the stream ended. ``HEAD`` is the
+  same Read with ``metadata_only``.
+- ``PUT /<journal>`` appends the request body as one atomic append, streamed
+  as it arrives: 204 with ``X-Commit-Begin``, ``X-Commit-End``,
+  ``X-Write-Head``, ``X-Commit-SHA1-Sum`` on success, 500 with the error
+  text otherwise.
+
+Status codes follow Gazette's gateway: OK 206 (GET / HEAD), JOURNAL_NOT_FOUND
+404, INSUFFICIENT_JOURNAL_BROKERS 503, OFFSET_NOT_YET_AVAILABLE 416, any other
+status 500; malformed queries and requests 400.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import posixpath
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import grpc
+
+from gazette.broker import protocol as pb
+from gazette.broker.protocol import gotext
+from gazette.broker.protocol import protocol_pb2_grpc as pb_grpc
+
+__all__ = [
+    "CLOSE_ERROR_HEADER",
+    "Gateway",
+    "HttpError",
+    "Reply",
+    "parse_append_request",
+    "parse_read_request",
+]
+
+log = logging.getLogger(__name__)
+
+CLOSE_ERROR_HEADER = "X-Close-Error"
+MAX_INT64 = (1 << 63) - 1
+#: Bytes of a PUT body gathered into one AppendRequest.
+APPEND_CHUNK = 1 << 17
+
+
+class HttpError(Exception):
+    """A request the gateway answers with ``status`` and a text body."""
+
+    def __init__(self, status: int, text: str) -> None:
+        self.status = status
+        self.text = text
+        super().__init__(f"{status}: {text}")
+
+
+@dataclass
+class Reply:
+    """A response to send: status, headers, and a body (bytes or a stream of chunks).
+
+    A streamed body ends with the trailers in ``trailers`` (filled as it streams).
+    """
+
+    status: int
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes = b""
+    stream: AsyncIterator[bytes] | None = None
+    trailers: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _parse_bool(text: str) -> bool:
+    # Go's strconv.ParseBool, as gorilla/schema uses it.
+    if text in ("1", "t", "T", "TRUE", "true", "True"):
+        return True
+    if text in ("0", "f", "F", "FALSE", "false", "False"):
+        return False
+    raise ValueError(text)
+
+
+def _query(raw: str, allowed: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in urllib.parse.parse_qsl(raw, keep_blank_values=True):
+        name = key.lower()
+        if name not in allowed:
+            raise HttpError(400, f'schema: invalid path "{key}"')
+        out[name] = value
+    return out
+
+
+def _journal_of(path: str) -> str:
+    return urllib.parse.unquote(path)[1:]
+
+
+def parse_read_request(method: str, target: str) -> pb.ReadRequest:
+    """The ReadRequest of a GET / HEAD; raises HttpError(400) when malformed."""
+    parts = urllib.parse.urlsplit(target)
+    query = _query(parts.query, ("offset", "block"))
+    req = pb.ReadRequest(journal=_journal_of(parts.path), metadata_only=method == "HEAD")
+    try:
+        if query.get("offset", ""):
+            req.offset = int(query["offset"])
+    except ValueError:
+        raise HttpError(400, 'schema: error converting value for "offset"') from None
+    try:
+        if query.get("block", ""):
+            req.block = _parse_bool(query["block"])
+    except ValueError:
+        raise HttpError(400, 'schema: error converting value for "block"') from None
+    try:
+        pb.validate(req)
+    except pb.ValidationError as e:
+        raise HttpError(400, str(e)) from None
+    return req
+
+
+def parse_append_request(target: str) -> pb.AppendRequest:
+    """The first AppendRequest of a PUT; raises HttpError(400) when malformed."""
+    parts = urllib.parse.urlsplit(target)
+    _query(parts.query, ())
+    req = pb.AppendRequest(journal=_journal_of(parts.path))
+    try:
+        pb.validate(req)
+    except pb.ValidationError as e:
+        raise HttpError(400, str(e)) from None
+    return req
+
+
+def _header_fields(header: pb.Header, path: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    route = header.route
+    if route.members:
+        out.append(("X-Route-Token", gotext.message_text(route)))
+        if route.primary != -1 and len(route.endpoints) > route.primary:
+            loc = urllib.parse.urlsplit(route.endpoints[route.primary])
+            joined = posixpath.join(loc.path or "/", path.lstrip("/"))
+            out.append(("Location", urllib.parse.urlunsplit(loc._replace(path=joined))))
+    return out
+
+
+_READ_STATUS_CODES = {
+    pb.JOURNAL_NOT_FOUND: 404,
+    pb.INSUFFICIENT_JOURNAL_BROKERS: 503,
+    pb.OFFSET_NOT_YET_AVAILABLE: 416,
+}
+
+
+class Gateway:
+    """Serves the gateway's routes through ``channel`` (a grpc.aio channel to a broker)."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._stub = pb_grpc.JournalStub(channel)
+
+    async def read(self, method: str, target: str, authorization: str = "") -> Reply:
+        req = parse_read_request(method, target)
+        path = urllib.parse.urlsplit(target).path
+        metadata = (("authorization", authorization),) if authorization else None
+        call = self._stub.Read(req, metadata=metadata)
+        try:
+            first = await call.read()
+        except grpc.aio.AioRpcError as e:
+            log.warning("http_gateway: failed to proxy Read request: %s", e.details())
+            return Reply(500, body=f"{e.code().name}: {e.details()}\n".encode())
+        if first is grpc.aio.EOF:
+            return Reply(500, body=b"broker terminated RPC\n")
+        assert isinstance(first, pb.ReadResponse)
+
+        headers: list[tuple[str, str]] = []
+        if first.HasField("header"):
+            headers += _header_fields(first.header, path)
+        if first.HasField("fragment"):
+            frag = first.fragment
+            headers.append(("X-Fragment-Name", pb.fragment_content_name(frag)))
+            if frag.mod_time:
+                headers.append(
+                    ("X-Fragment-Last-Modified", email.utils.formatdate(frag.mod_time, usegmt=True))
+                )
+            if first.fragment_url:
+                headers.append(("X-Fragment-Location", first.fragment_url))
+            headers.append(("Content-Range", f"bytes {first.offset}-{MAX_INT64}/{MAX_INT64}"))
+        if first.write_head:
+            headers.append(("X-Write-Head", str(first.write_head)))
+
+        if first.status != pb.OK:
+            call.cancel()
+            code = _READ_STATUS_CODES.get(first.status, 500)
+            name = pb.enum_text(pb.Status, first.status)
+            return Reply(code, headers, body=f"{name}\n".encode())
+        if method == "HEAD":
+            call.cancel()
+            return Reply(206, headers)
+
+        headers.append(("Trailer", CLOSE_ERROR_HEADER))
+        reply = Reply(206, headers)
+        reply.stream = self._stream_content(call, req.offset, first, reply)
+        return reply
+
+    async def _stream_content(
+        self, call: grpc.aio.UnaryStreamCall, offset: int, first: pb.ReadResponse, reply: Reply
+    ) -> AsyncIterator[bytes]:
+        # The first metadata may already have jumped ahead of the requested
+        # offset (content below it was removed): tolerated, as Gazette does.
+        offset = max(offset, first.offset)
+        reason = "broker terminated RPC"
+        try:
+            while True:
+                resp = await call.read()
+                if resp is grpc.aio.EOF:
+                    break
+                assert isinstance(resp, pb.ReadResponse)
+                if resp.content:
+                    if resp.offset != offset:
+                        reason = "offset jump"
+                        break
+                    offset += len(resp.content)
+                    yield resp.content
+                    continue
+                if resp.status != pb.OK:
+                    reason = pb.enum_text(pb.Status, resp.status)
+                    break
+                if resp.offset > offset:
+                    reason = "offset jump"
+                    break
+                if resp.fragment_url and not resp.HasField("fragment"):
+                    break
+        except grpc.aio.AioRpcError as e:
+            reason = e.details() or e.code().name
+            if e.code() != grpc.StatusCode.CANCELLED:
+                log.warning("http_gateway: failed to proxy Read response: %s", reason)
+        finally:
+            call.cancel()
+            reply.trailers.append((CLOSE_ERROR_HEADER, reason))
+
+    async def append(
+        self,
+        target: str,
+        body: Callable[[], Awaitable[bytes]],
+        authorization: str = "",
+    ) -> Reply:
+        """Append the body (``body()`` returns its next bytes, b"" at the end) atomically."""
+        req = parse_append_request(target)
+        path = urllib.parse.urlsplit(target).path
+        metadata = (("authorization", authorization),) if authorization else None
+        call = self._stub.Append(metadata=metadata)
+        try:
+            await call.write(req)
+            pending = bytearray()
+            while chunk := await body():
+                pending += chunk
+                if len(pending) >= APPEND_CHUNK:
+                    await call.write(pb.AppendRequest(content=bytes(pending)))
+                    pending.clear()
+            if pending:
+                await call.write(pb.AppendRequest(content=bytes(pending)))
+            await call.write(pb.AppendRequest())
+            await call.done_writing()
+            resp = await call
+        except grpc.aio.AioRpcError as e:
+            return Reply(500, body=f"{e.details() or e.code().name}\n".encode())
+        except BaseException:
+            call.cancel()  # The HTTP client went away: abort, so nothing commits.
+            raise
+        assert isinstance(resp, pb.AppendResponse)
+        headers = _header_fields(resp.header, path)
+        if resp.HasField("commit"):
+            headers += [
+                ("X-Commit-Begin", str(resp.commit.begin)),
+                ("X-Commit-End", str(resp.commit.end)),
+                ("X-Write-Head", str(resp.commit.end)),
+                ("X-Commit-SHA1-Sum", pb.sha1sum_hex(resp.commit.sum)),
+            ]
+        if resp.status == pb.OK:
+            return Reply(204, headers)
+        name = pb.enum_text(pb.Status, resp.status)
+        detail = f": {resp.store_health_error}" if resp.store_health_error else ""
+        # Like Gazette's gateway, every failed append is a 500 naming the status.
+        return Reply(500, headers, f"{name}{detail}\n".encode())

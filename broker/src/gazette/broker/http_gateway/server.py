@@ -1,0 +1,253 @@
+"""An HTTP/1.1 server (h11 over asyncio streams) for a broker's HTTP port.
+
+It serves the journal gateway (:class:`~gazette.broker.http_gateway.gateway.Gateway`)
+on every path, and the diagnostics ``/debug/ready`` and ``/debug/metrics``
+when given a ``ready`` callable. It has the same ``start(host, port)`` /
+``close()`` shape as ``gazette.broker.server.debug_http.DebugServer``, so a
+broker process mounts the gateway by serving this in its place::
+
+    http = http_gateway.Server(lambda: ready, grpc_endpoint=endpoint)
+    port = await http.start(host, http_port)
+    ...
+    await http.close()
+
+Connections are kept alive between requests; a client that disconnects
+cancels its blocking read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+import grpc
+import h11
+import prometheus_client as prom
+
+from gazette.broker import protocol as pb
+from gazette.broker.http_gateway import gateway
+
+__all__ = ["Server"]
+
+log = logging.getLogger(__name__)
+
+_MAX_HEADERS = 16 * 1024
+_READ_SIZE = 64 * 1024
+
+
+class _ClientGone(Exception):
+    pass
+
+
+class Server:
+    """Serves the gateway (and optionally diagnostics) on one HTTP/1.1 port.
+
+    ``grpc_endpoint`` is the broker endpoint (``http://host:port``) the gateway's
+    RPCs go to; ``ready`` enables the ``/debug/`` routes.
+    """
+
+    def __init__(
+        self,
+        ready: Callable[[], bool] | None = None,
+        *,
+        grpc_endpoint: str,
+        registry: prom.CollectorRegistry | None = None,
+    ) -> None:
+        self._ready = ready
+        self._registry = registry or prom.REGISTRY
+        self._channel = grpc.aio.insecure_channel(pb.endpoint_grpc_addr(grpc_endpoint))
+        self._gateway = gateway.Gateway(self._channel)
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    async def start(self, host: str, port: int) -> int:
+        self._server = await asyncio.start_server(self._handle, host, port)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            # Streaming reads never end by themselves: cut them.
+            for task in list(self._connections):
+                task.cancel()
+            await self._server.wait_closed()
+            self._server = None
+        await self._channel.close()
+
+    # --- Connections ----------------------------------------------------------
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEADERS)
+        try:
+            while True:
+                event = await self._next_event(conn, reader)
+                if not isinstance(event, h11.Request):
+                    break
+                await self._serve(conn, event, reader, writer)
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    break
+                conn.start_next_cycle()
+        except h11.RemoteProtocolError as e:
+            with contextlib.suppress(h11.LocalProtocolError, ConnectionError):
+                await self._send_simple(conn, writer, e.error_status_hint, f"{e}\n".encode())
+        except (ConnectionError, _ClientGone, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            pass  # Server shutdown: this connection just ends.
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+                await writer.wait_closed()
+
+    async def _next_event(self, conn: h11.Connection, reader: asyncio.StreamReader) -> object:
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(await reader.read(_READ_SIZE))
+                continue
+            return event
+
+    async def _send(
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, event: h11.Event
+    ) -> None:
+        data = conn.send(event)
+        if data:
+            writer.write(data)
+            await writer.drain()
+
+    async def _send_simple(
+        self,
+        conn: h11.Connection,
+        writer: asyncio.StreamWriter,
+        status: int,
+        body: bytes,
+        headers: list[tuple[str, str]] | None = None,
+        content_type: str = "text/plain; charset=utf-8",
+    ) -> None:
+        fields = [
+            *(headers or []),
+            ("Content-Type", content_type),
+            ("Content-Length", str(len(body))),
+        ]
+        await self._send(conn, writer, h11.Response(status_code=status, headers=fields))
+        if body:
+            await self._send(conn, writer, h11.Data(data=body))
+        await self._send(conn, writer, h11.EndOfMessage())
+
+    async def _drain_body(self, conn: h11.Connection, reader: asyncio.StreamReader) -> None:
+        while conn.their_state is h11.SEND_BODY:
+            event = await self._next_event(conn, reader)
+            if isinstance(event, h11.ConnectionClosed):
+                raise _ClientGone
+
+    # --- Requests -------------------------------------------------------------
+
+    async def _serve(
+        self,
+        conn: h11.Connection,
+        request: h11.Request,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        method = request.method.decode("ascii", "replace")
+        target = request.target.decode("utf-8", "replace")
+        auth = ""
+        for name, value in request.headers:
+            if name == b"authorization":
+                auth = value.decode("latin-1")
+        path = target.split("?", 1)[0]
+
+        if self._ready is not None and path.startswith("/debug/"):
+            await self._drain_body(conn, reader)
+            status, ctype, body = self._debug(method, path)
+            await self._send_simple(conn, writer, status, body, content_type=ctype)
+            return
+        try:
+            if method in ("GET", "HEAD"):
+                await self._drain_body(conn, reader)
+                reply = await self._gateway.read(method, target, auth)
+            elif method == "PUT":
+
+                async def next_body() -> bytes:
+                    while conn.their_state is h11.SEND_BODY:
+                        event = await self._next_event(conn, reader)
+                        if isinstance(event, h11.Data):
+                            return bytes(event.data)
+                        if isinstance(event, h11.ConnectionClosed):
+                            raise _ClientGone
+                    return b""
+
+                reply = await self._gateway.append(target, next_body, auth)
+            else:
+                await self._drain_body(conn, reader)
+                raise gateway.HttpError(400, f"unknown method: {method}")
+        except gateway.HttpError as e:
+            # A PUT refused before its body was read: answer, then close the connection.
+            await self._send_simple(conn, writer, e.status, f"{e.text}\n".encode())
+            return
+
+        if reply.stream is None:
+            await self._send_simple(conn, writer, reply.status, reply.body, reply.headers)
+            return
+        await self._send(
+            conn, writer, h11.Response(status_code=reply.status, headers=reply.headers)
+        )
+        await self._stream(conn, reader, writer, reply)
+
+    async def _stream(
+        self,
+        conn: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        reply: gateway.Reply,
+    ) -> None:
+        assert reply.stream is not None
+        stream = reply.stream
+
+        async def pump() -> None:
+            async for chunk in stream:
+                await self._send(conn, writer, h11.Data(data=chunk))
+
+        # A blocking read may wait for ever: watch the socket too, so a client
+        # that hangs up cancels the read instead of leaving it (and its RPC)
+        # behind. Both tasks are always awaited before we return.
+        pump_task = asyncio.ensure_future(pump())
+        watch_task = asyncio.ensure_future(reader.read(1))
+        extra = b""
+        try:
+            done, _ = await asyncio.wait(
+                (pump_task, watch_task), return_when=asyncio.FIRST_COMPLETED
+            )
+            if watch_task in done:
+                extra = watch_task.result()
+                if not extra:
+                    raise _ClientGone
+                await pump_task  # Pipelined bytes: not a hang-up; finish this response.
+            pump_task.result()
+        finally:
+            for task in (pump_task, watch_task):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+                    await task
+            await stream.aclose()  # type: ignore[attr-defined]
+        if extra:
+            conn.receive_data(extra)
+        await self._send(conn, writer, h11.EndOfMessage(headers=reply.trailers))
+
+    def _debug(self, method: str, path: str) -> tuple[int, str, bytes]:
+        assert self._ready is not None
+        if method != "GET":
+            return 405, "text/plain", b"method not allowed\n"
+        if path == "/debug/ready":
+            if self._ready():
+                return 200, "text/plain", b"ready\n"
+            return 503, "text/plain", b"not ready\n"
+        if path == "/debug/metrics":
+            return 200, prom.CONTENT_TYPE_LATEST, prom.generate_latest(self._registry)
+        return 404, "text/plain", b"not found\n"

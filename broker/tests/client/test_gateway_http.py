@@ -1,0 +1,165 @@
+"""The journal HTTP gateway (h11 server + Gateway) in front of a fake broker."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+from client_fakes import FakeBroker
+
+from gazette.broker import http_gateway
+
+
+@pytest.fixture
+async def gw(fake: FakeBroker) -> AsyncIterator[str]:
+    server = http_gateway.Server(lambda: True, grpc_endpoint=fake.endpoint)
+    port = await server.start("127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await server.close()
+
+
+async def raw_request(base: str, request: bytes) -> bytes:
+    host, port = base.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(request)
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    await writer.wait_closed()
+    return data
+
+
+async def test_put_then_get_round_trip(fake: FakeBroker, gw: str) -> None:
+    async with aiohttp.ClientSession() as http:
+        async with http.put(f"{gw}/a/journal", data=b"hello\n") as resp:
+            assert resp.status == 204
+            assert resp.headers["X-Commit-Begin"] == "0"
+            assert resp.headers["X-Commit-End"] == "6"
+            assert resp.headers["X-Write-Head"] == "6"
+            assert len(resp.headers["X-Commit-SHA1-Sum"]) == 40
+            assert resp.headers["X-Route-Token"].startswith("members {")
+            assert resp.headers["Location"] == f"{fake.endpoint}/a/journal"
+        async with http.put(f"{gw}/a/journal", data=b"world\n") as resp:
+            assert resp.headers["X-Commit-End"] == "12"
+        async with http.get(f"{gw}/a/journal?offset=0") as resp:
+            assert resp.status == 206
+            assert (
+                resp.headers["Content-Range"] == "bytes 0-9223372036854775807/9223372036854775807"
+            )
+            assert resp.headers["X-Write-Head"] == "12"
+            assert resp.headers["X-Fragment-Name"].startswith("0000000000000000-000000000000000c-")
+            assert resp.headers["Trailer"] == "X-Close-Error"
+            assert await resp.read() == b"hello\nworld\n"
+        async with http.get(f"{gw}/a/journal?offset=6") as resp:
+            assert await resp.read() == b"world\n"
+    assert fake.appends == [("a/journal", b"hello\n"), ("a/journal", b"world\n")]
+
+
+async def test_large_put_is_one_append(fake: FakeBroker, gw: str) -> None:
+    body = bytes(range(256)) * 4096  # 1 MiB
+    async with aiohttp.ClientSession() as http, http.put(f"{gw}/big/journal", data=body) as resp:
+        assert resp.status == 204
+    assert fake.appends == [("big/journal", body)]
+
+
+async def test_trailer_names_why_the_stream_ended(fake: FakeBroker, gw: str) -> None:
+    fake.content["a/journal"] += b"abc"
+    out = await raw_request(
+        gw, b"GET /a/journal?offset=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 206 ")
+    assert b"transfer-encoding: chunked" in head.lower()
+    assert b"bc" in body
+    assert b"X-Close-Error: OFFSET_NOT_YET_AVAILABLE" in body
+
+
+async def test_head_is_metadata_only(fake: FakeBroker, gw: str) -> None:
+    fake.content["a/journal"] += b"abc"
+    async with aiohttp.ClientSession() as http, http.head(f"{gw}/a/journal") as resp:
+        assert resp.status == 206
+        assert resp.headers["X-Write-Head"] == "3"
+    assert fake.read_requests[-1].metadata_only
+
+
+@pytest.mark.parametrize(
+    ("target", "status", "text"),
+    [
+        ("/a/journal?extra=1", 400, 'schema: invalid path "extra"'),
+        ("/a/journal?block=maybe", 400, 'schema: error converting value for "block"'),
+        ("/a/journal?offset=x", 400, 'schema: error converting value for "offset"'),
+        ("/a//journal", 400, "Journal: must be a clean path"),
+        ("/a/journal?offset=3", 416, "OFFSET_NOT_YET_AVAILABLE"),
+    ],
+)
+async def test_read_errors(fake: FakeBroker, gw: str, target: str, status: int, text: str) -> None:
+    fake.content["a/journal"] += b"abc"
+    async with aiohttp.ClientSession() as http, http.get(gw + target) as resp:
+        assert resp.status == status
+        assert text in await resp.text()
+
+
+async def test_missing_journal_is_404_and_failed_put_is_500(fake: FakeBroker, gw: str) -> None:
+    fake.specs["other/journal"] = None  # type: ignore[assignment]  # Only other/journal exists.
+
+    async def not_found(request, context):  # type: ignore[no-untyped-def]
+        from gazette.broker import protocol as pb
+
+        yield pb.ReadResponse(status=pb.JOURNAL_NOT_FOUND, header=fake.header())
+
+    fake.Read = not_found  # type: ignore[method-assign]
+    await fake.stop()
+    await fake.start()
+    server = http_gateway.Server(grpc_endpoint=fake.endpoint)
+    port = await server.start("127.0.0.1", 0)
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{port}/missing/journal") as resp:
+                assert resp.status == 404
+                assert await resp.text() == "JOURNAL_NOT_FOUND\n"
+            async with http.put(f"http://127.0.0.1:{port}/missing/journal", data=b"x") as resp:
+                assert resp.status == 500
+                assert "JOURNAL_NOT_FOUND" in await resp.text()
+            async with http.post(f"http://127.0.0.1:{port}/missing/journal", data=b"x") as resp:
+                assert resp.status == 400
+                assert await resp.text() == "unknown method: POST\n"
+    finally:
+        await server.close()
+
+
+async def test_blocking_read_streams_appends_and_ends_when_client_hangs_up(
+    fake: FakeBroker, gw: str
+) -> None:
+    async with aiohttp.ClientSession() as http:
+        # Headers come with the first response, which waits for the first commit.
+        get = asyncio.ensure_future(http.get(f"{gw}/a/journal?offset=0&block=true"))
+        await asyncio.sleep(0.05)
+        assert not get.done()
+        async with http.put(f"{gw}/a/journal", data=b"first\n"):
+            pass
+        resp = await asyncio.wait_for(get, 5)
+        assert resp.status == 206
+        assert await asyncio.wait_for(resp.content.readline(), 5) == b"first\n"
+        async with http.put(f"{gw}/a/journal", data=b"second\n"):
+            pass
+        assert await asyncio.wait_for(resp.content.readline(), 5) == b"second\n"
+        resp.close()
+    # The gateway noticed the hang-up and cancelled the read: the fake's stream ended.
+    for _ in range(100):
+        if not fake.changed._waiters:  # type: ignore[attr-defined]
+            break
+        await asyncio.sleep(0.02)
+    assert not fake.changed._waiters  # type: ignore[attr-defined]
+
+
+async def test_debug_routes(gw: str) -> None:
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{gw}/debug/ready") as resp:
+            assert resp.status == 200
+        async with http.get(f"{gw}/debug/metrics") as resp:
+            assert resp.status == 200
+            assert "python_info" in await resp.text() or "process_" in await resp.text()
