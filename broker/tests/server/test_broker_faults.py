@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import random
 import re
 import time
@@ -177,7 +178,7 @@ async def _run_faults(cluster: testing.BrokerCluster, chans: list[grpc.aio.Chann
         begins = [b for (ww, _, b) in tally.order if ww == w]
         assert begins == sorted(begins) and len(set(begins)) == len(begins)
     spans = sorted(tally.acked.values())
-    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
 
     unacked_visible = sum(1 for k in tally.failed if k in blocks)
     print(

@@ -223,7 +223,7 @@ async def test_offsets_index_has_greater_wrong_append_and_reset_head(
         assert resp.status == pb.OK, resp
         assert (resp.commit.begin, resp.commit.end) == (1005, 1006)
         # Reads from the journal's start jump to the persisted fragment.
-        data, meta = await testing.read(stub, name, 1000)
+        data, _meta = await testing.read(stub, name, 1000)
         assert data == b"ahead!"
 
 
