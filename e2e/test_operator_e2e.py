@@ -20,7 +20,9 @@ from google.protobuf import duration_pb2
 from gazette.broker import protocol as pb
 from gazette.consumer import protocol as pc
 
-pytestmark = [pytest.mark.e2e]
+# Bounded (about 20 s with the API server's start) and on loopback only, so marked
+# `integration`, which CI runs (`-m "not e2e"` would leave an `e2e` test out).
+pytestmark = [pytest.mark.integration]
 
 CLUSTER = {"gazette.dev/cluster": "e2e"}
 
@@ -187,6 +189,11 @@ async def test_apply_get_edit_delete_as_a_user_would(
     wide = await kube.kubectl_async("get", "gj", "-n", namespace, "-o", "wide")
     assert "file:///var/fragments/" in wide.stdout
     assert "Applied" in wide.stdout
+    shard_table = await kube.kubectl_async("get", "gs", "-n", namespace, "--no-headers")
+    assert sorted(line.split()[:6] for line in shard_table.stdout.strip().splitlines()) == [
+        ["counter-0", "counter/shard-000", "counter", "1", "false", "True"],
+        ["counter-1", "counter/shard-001", "counter", "1", "false", "True"],
+    ]
     everything = await kube.kubectl_async("get", "gazette", "-n", namespace, "-o", "name")
     assert len(everything.stdout.split()) == 5
 

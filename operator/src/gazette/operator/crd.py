@@ -401,7 +401,11 @@ def _shard_spec_schema() -> dict[str, Any]:
                 _rule("duration(self) > duration('0s')", "expected maxTxnDuration > 0"),
             ),
             "minTxnDuration": _duration("Lower bound of a consumer transaction."),
-            "disable": {"type": "boolean"},
+            "disable": {
+                "type": "boolean",
+                "default": False,
+                "description": "Disabled shards are assigned no replicas.",
+            },
             "hotStandbys": {
                 "type": "integer",
                 "format": "int64",
