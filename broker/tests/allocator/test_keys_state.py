@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gazette.allocator import errors, keys, routes, testing
-from gazette.broker.protocol import protocol_pb2
+from gazette.broker import protocol as pb
 
 ROOT = "/root"
 
@@ -39,23 +39,36 @@ def test_decoding() -> None:
 
 def test_journal_decoder() -> None:
     decode = keys.key_value_decoder(ROOT, routes.JournalDecoder())
-    spec = protocol_pb2.JournalSpec(name="a/j", replication=3)
-    item = decode("/root/items/a/j", spec.SerializeToString())
+    spec = testing.journal_spec("a/journal", 3)
+    item = decode("/root/items/a/journal", spec.SerializeToString())
     assert isinstance(item, keys.Item) and item.desired_replication == 3
-    spec.suspend.level = protocol_pb2.JournalSpec.Suspend.PARTIAL
-    assert decode("/root/items/a/j", spec.SerializeToString()).desired_replication == 1
+    # Suspension lowers the desired replication (pb.desired_replication).
+    spec.suspend.level = pb.JournalSpec.Suspend.PARTIAL
+    assert decode("/root/items/a/journal", spec.SerializeToString()).desired_replication == 1
+    spec.suspend.level = pb.JournalSpec.Suspend.FULL
+    assert decode("/root/items/a/journal", spec.SerializeToString()).desired_replication == 0
     with pytest.raises(errors.DecodeError, match="doesn't match Item ID"):
         decode("/root/items/other", spec.SerializeToString())
+    # Every value is validated with pb.validate.
+    spec.replication = 0
+    with pytest.raises(pb.ValidationError, match="invalid Replication"):
+        decode("/root/items/a/journal", spec.SerializeToString())
 
-    bs = protocol_pb2.BrokerSpec(journal_limit=7, exiting=True)
-    bs.process_spec.id.zone, bs.process_spec.id.suffix = "z", "broker-1"
+    bs = testing.broker_spec("z", "broker-1", 7, exiting=True)
     m = decode("/root/members/z#broker-1", bs.SerializeToString())
     assert (m.item_limit, m.exiting) == (7, True)
     with pytest.raises(errors.DecodeError, match="Suffix"):
         decode("/root/members/z#broker-2", bs.SerializeToString())
+    bs.process_spec.endpoint = "not a url"
+    with pytest.raises(pb.ValidationError, match="Endpoint"):
+        decode("/root/members/z#broker-1", bs.SerializeToString())
 
-    empty = decode("/root/assign/a/j#z#broker-1#0", b"")
-    assert empty.value == protocol_pb2.Route(primary=-1)
+    empty = decode("/root/assign/a/journal#z#broker-1#0", b"")
+    assert empty.value == pb.Route(primary=-1)
+    rt = pb.Route(primary=5)
+    rt.members.add(zone="z", suffix="broker-1")
+    with pytest.raises(pb.ValidationError, match="Primary"):
+        decode("/root/assign/a/journal#z#broker-1#0", rt.SerializeToString())
 
 
 def test_state_extraction() -> None:

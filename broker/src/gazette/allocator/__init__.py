@@ -78,13 +78,7 @@ from gazette.allocator.keys import (
     member_key,
 )
 from gazette.allocator.resolver import Resolution, ResolveOptions, Resolver
-from gazette.allocator.routes import (
-    JournalDecoder,
-    desired_replication,
-    journal_is_consistent,
-    route_equivalent,
-    route_of,
-)
+from gazette.allocator.routes import JournalDecoder, journal_is_consistent, route_of
 from gazette.allocator.state import IsConsistentFn, LocalItem, State, always_consistent
 from gazette.allocator.txn import BatchedTxn
 
@@ -113,7 +107,6 @@ __all__ = [
     "assignment_key",
     "change_summary",
     "converge",
-    "desired_replication",
     "errors",
     "grant_lease",
     "item_assignments_prefix",
@@ -123,7 +116,6 @@ __all__ = [
     "key_value_decoder",
     "member_key",
     "revoke_lease",
-    "route_equivalent",
     "route_of",
     "solve",
 ]

@@ -24,9 +24,9 @@ from typing import Any
 
 from gazette.allocator import errors, keys, routes
 from gazette.allocator.allocator import ObservedState
-from gazette.broker.protocol import protocol_pb2
+from gazette.broker import protocol as pb
 
-Status = protocol_pb2.Status
+Status = pb.Status
 _MISSING_ID = ("local-BrokerSpec", "missing-from-Etcd")
 
 
@@ -35,15 +35,15 @@ class ResolveOptions:
     may_proxy: bool = False
     require_primary: bool = False
     min_etcd_revision: int = 0
-    proxy_header: protocol_pb2.Header | None = None
+    proxy_header: pb.Header | None = None
 
 
 @dataclasses.dataclass
 class Resolution:
     status: int
-    local_id: protocol_pb2.ProcessSpec.ID
-    header: protocol_pb2.Header
-    spec: protocol_pb2.JournalSpec | None
+    local_id: pb.ProcessSpec.ID
+    header: pb.Header
+    spec: pb.JournalSpec | None
     item: keys.KeyValue | None
     assignments: Sequence[keys.KeyValue]
     local_replica: Any = None
@@ -68,17 +68,17 @@ class Resolver:
         self.local_replica = local_replica
         self.stopped = False
 
-    def local_id(self) -> protocol_pb2.ProcessSpec.ID:
+    def local_id(self) -> pb.ProcessSpec.ID:
         m = self.observed.state.local_member
         if m is None:
-            return protocol_pb2.ProcessSpec.ID(zone=_MISSING_ID[0], suffix=_MISSING_ID[1])
-        return protocol_pb2.ProcessSpec.ID(zone=m.zone, suffix=m.suffix)
+            return pb.ProcessSpec.ID(zone=_MISSING_ID[0], suffix=_MISSING_ID[1])
+        return pb.ProcessSpec.ID(zone=m.zone, suffix=m.suffix)
 
     async def resolve(
         self,
         journal: str,
         opts: ResolveOptions = ResolveOptions(),
-        authorized: Callable[[protocol_pb2.JournalSpec], bool] | None = None,
+        authorized: Callable[[pb.JournalSpec], bool] | None = None,
     ) -> Resolution:
         journal = journal.split(";", 1)[0]  # strip any ;meta suffix
         local_id = self.local_id()
@@ -107,10 +107,10 @@ class Resolver:
             local_id = self.local_id()
 
         state = self.observed.state
-        header = protocol_pb2.Header()
+        header = pb.Header()
         header.etcd.CopyFrom(ks.header)
 
-        spec: protocol_pb2.JournalSpec | None = None
+        spec: pb.JournalSpec | None = None
         item_kv: keys.KeyValue | None = None
         assignments: Sequence[keys.KeyValue] = ()
         index = state.find_item(journal)
@@ -124,10 +124,10 @@ class Resolver:
         routes.attach_endpoints(rt, state)
         header.route.CopyFrom(rt)
 
-        def is_local(m: protocol_pb2.ProcessSpec.ID) -> bool:
+        def is_local(m: pb.ProcessSpec.ID) -> bool:
             return m.zone == local_id.zone and m.suffix == local_id.suffix
 
-        process_id: protocol_pb2.ProcessSpec.ID | None = None
+        process_id: pb.ProcessSpec.ID | None = None
         if opts.require_primary and rt.primary != -1:
             process_id = rt.members[rt.primary]
         elif not opts.require_primary and any(is_local(m) for m in rt.members):
@@ -142,7 +142,7 @@ class Resolver:
         ours = process_id is not None and is_local(process_id)
         if spec is None:
             status = Status.JOURNAL_NOT_FOUND
-        elif spec.suspend.level == protocol_pb2.JournalSpec.Suspend.FULL:
+        elif spec.suspend.level == pb.JournalSpec.Suspend.FULL:
             status = Status.SUSPENDED
         elif opts.require_primary and rt.primary == -1:
             status = Status.NO_JOURNAL_PRIMARY_BROKER

@@ -271,6 +271,10 @@ class BatchedTxn:
         cmps, ops = self._cmps, self._ops
         self._cmps, self._ops, self._cmp_ids = [], [], set()
         await self._slots.acquire()
+        if self._error is not None:
+            # One in flight failed while we waited for its slot.
+            self._slots.release()
+            raise self._error
         if self._tg is None:
             await self._commit(cmps, ops)
         else:
