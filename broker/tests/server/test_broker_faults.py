@@ -213,10 +213,12 @@ async def test_graceful_exit_drains_and_persists(
         assert code == 0, cluster[victim].log_tail()
         print(f"\ngraceful exit of the primary took {time.monotonic() - started:.1f}s")
         # Its last fragment was rolled and persisted on the way out.
-        persisted = list((cluster.file_root / name).glob("*.raw"))
-        assert persisted, "no fragment persisted"
+        expected = b"".join(b"line %d\n" % i for i in range(5))
+        ends = [int(p.name.split("-")[1], 16) for p in (cluster.file_root / name).glob("*.raw")]
+        assert max(ends) == len(expected), ends
         other = (victim + 1) % len(cluster)
         async with cluster.channel(other) as ch:
-            content, _ = await testing.read(_stub(ch), name)
-            assert content == b"".join(b"line %d\n" % i for i in range(5))
+            # Blocking: a new member learns of the persisted fragment at its next listing.
+            content, _ = await testing.read(_stub(ch), name, block=True, end_offset=len(expected))
+            assert content == expected
             assert (await testing.append(_stub(ch), name, [b"more\n"])).status == pb.OK
