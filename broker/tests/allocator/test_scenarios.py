@@ -1,10 +1,22 @@
 """Scenario tests: several allocator members in one process against a real etcd.
 
-A separate watcher KeySpace checks invariants at every revision it observes:
-at most one primary per item, no member taking on assignments past its limit,
-and (once armed) no item below its desired replication. Convergence checks
-then require exactly one primary, packed slots, full replication and spread
-over two zones.
+A watcher follows the keyspace with its own etcd watch and applies it one
+revision at a time (a KeySpace's own watch batches responses, and etcd may
+put several revisions in one response), checking at every revision:
+
+* at most one primary per item, and exactly one per assigned item (relaxed
+  only between a member's abrupt death, which takes its primaries with it,
+  and the next convergence);
+* no member taking on assignments past its effective limit (a member whose
+  limit just dropped still holds more until it sheds them: it may not grow);
+* replicas over two zones for every item of replication >= 2 holding two or
+  more replicas, whenever two zones have members with capacity (relaxed after
+  an abrupt death until the next convergence, and during teardown);
+* once armed (rolling restarts), no item below its desired replication.
+
+Convergence checks then require exactly one primary, packed slots, full
+replication and spread over two zones. Each scenario prints the revisions
+observed and the assignments checked (``pytest -s`` shows them).
 """
 
 from __future__ import annotations
@@ -16,11 +28,14 @@ import json
 from collections.abc import AsyncIterator
 
 import aetcd
+import grpc
 import pytest
 
 from gazette import allocator, keyspace
 from gazette.allocator import keys, testing, txn
 from gazette.allocator.state import State
+from gazette.broker import protocol as pb
+from gazette.keyspace import etcd as ks_etcd
 
 pytestmark = pytest.mark.integration
 
@@ -40,37 +55,102 @@ class Cluster:
         self.sessions: dict[tuple[str, str], tuple[allocator.Session, asyncio.Task[None]]] = {}
         self.watcher = keyspace.KeySpace(ROOT, self.decode)
         self.violations: list[str] = []
-        self.floor_armed = False
+        self.floor_armed = False  # no item below its replication (rolling restarts)
+        self.spread_armed = True  # replicas over two zones where two have capacity
+        self.primary_armed = True  # exactly one primary per assigned item
         self.revisions_checked = 0
+        self.assignments_checked = 0
+        self.floor_checks = 0  # item-revisions checked against the floor
+        self.spread_checks = 0  # item-revisions checked for zone spread
         self._prev_counts: collections.Counter[tuple[str, str]] = collections.Counter()
         self.last_write = 0  # revision of our last write; convergence is judged after it
+
+    # -- following etcd one revision at a time -------------------------------
+
+    async def follow(self) -> None:
+        """Apply the watch of ROOT to ``watcher`` revision by revision."""
+        stub = await ks_etcd.watch_stub(self.client)
+        call = stub.Watch(metadata=ks_etcd.metadata(self.client))
+        try:
+            await call.write(
+                aetcd.rpc.WatchRequest(
+                    create_request=aetcd.rpc.WatchCreateRequest(
+                        key=ROOT.encode(),
+                        range_end=keyspace.prefix_range_end(ROOT).encode(),
+                        start_revision=self.watcher.revision + 1,
+                    )
+                )
+            )
+            while True:
+                msg = await call.read()
+                assert msg is not grpc.aio.EOF and not msg.canceled, "watch ended"
+                header = ks_etcd.header_of(msg.header)
+                group: list[keyspace.Event] = []
+                # etcd never splits a revision over two responses.
+                for ev in msg.events:
+                    e = keyspace.Event(keyspace.EventType(ev.type), ks_etcd.key_value_of(ev.kv))
+                    if group and group[-1].kv.mod_revision != e.kv.mod_revision:
+                        self.watcher.apply(keyspace.WatchResponse(header, group))
+                        group = []
+                    group.append(e)
+                if group:
+                    self.watcher.apply(keyspace.WatchResponse(header, group))
+        finally:
+            call.cancel()
 
     # -- invariants at every observed revision ---------------------------------
 
     def check(self) -> None:
         s = State(ROOT, "", self.watcher.key_values, revision=self.watcher.revision)
         self.revisions_checked += 1
+        self.assignments_checked += len(s.assignments)
+        zones_with_capacity = {
+            s.member(mi).zone for mi in range(len(s.members)) if s.effective_limit(mi) > 0
+        }
         counts: collections.Counter[tuple[str, str]] = collections.Counter()
         for i in range(len(s.items)):
             item = s.item(i)
             asn = [kv.decoded for kv in s.assignments_of(i)]
             primaries = sum(1 for a in asn if a.slot == 0)
-            if primaries > 1:
+            if primaries > 1 or (self.primary_armed and asn and primaries != 1):
                 self.violations.append(f"rev {s.revision}: {item.id} has {primaries} primaries")
-            if self.floor_armed and len(asn) < item.desired_replication:
-                self.violations.append(
-                    f"rev {s.revision}: {item.id} has {len(asn)} < {item.desired_replication} replicas"
-                )
+            if self.floor_armed:
+                self.floor_checks += 1
+                if len(asn) < item.desired_replication:
+                    self.violations.append(
+                        f"rev {s.revision}: {item.id} has {len(asn)} < "
+                        f"{item.desired_replication} replicas"
+                    )
+            if (
+                self.spread_armed
+                and item.desired_replication >= 2
+                and len(asn) >= 2
+                and len(zones_with_capacity) >= 2
+            ):
+                self.spread_checks += 1
+                if len({a.member_zone for a in asn}) < 2:
+                    self.violations.append(
+                        f"rev {s.revision}: {item.id} spans one zone "
+                        f"({[a.member_suffix for a in asn]})"
+                    )
             for a in asn:
                 counts[(a.member_zone, a.member_suffix)] += 1
         for mi in range(len(s.members)):
             m = s.member(mi)
-            n = counts[(m.zone, m.suffix)]
-            if n > m.item_limit and n > self._prev_counts[(m.zone, m.suffix)]:
+            n, limit = counts[(m.zone, m.suffix)], s.effective_limit(mi)
+            if n > limit and n > self._prev_counts[(m.zone, m.suffix)]:
                 self.violations.append(
-                    f"rev {s.revision}: {m.zone}#{m.suffix} grew to {n} > limit {m.item_limit}"
+                    f"rev {s.revision}: {m.zone}#{m.suffix} grew to {n} > limit {limit}"
                 )
         self._prev_counts = counts
+
+    def report(self, name: str) -> None:
+        print(
+            f"{name}: {self.revisions_checked} revisions observed, "
+            f"{self.assignments_checked} assignments checked "
+            f"({self.spread_checks} zone-spread and {self.floor_checks} replication-floor "
+            f"item checks), {len(self.violations)} violations"
+        )
 
     # -- members and items -----------------------------------------------------
 
@@ -112,7 +192,12 @@ class Cluster:
         self.last_write = max(self.last_write, resp.header.revision)
 
     async def kill(self, zone: str, suffix: str) -> None:
-        """Stop a member abruptly: its lease is revoked, its keys vanish."""
+        """Stop a member abruptly: its lease is revoked, its keys vanish.
+
+        Its replicas (and primaries) vanish at once: primary and spread checks
+        are relaxed until the next convergence.
+        """
+        self.primary_armed = self.spread_armed = False
         _, task = self.sessions.pop((zone, suffix))
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -135,6 +220,7 @@ class Cluster:
                 s = State(ROOT, "", self.watcher.key_values, revision=self.watcher.revision)
                 why = self._not_converged(s, zones)
                 if not why:
+                    self.primary_armed = self.spread_armed = True
                     return s
                 await self.watcher.wait_for_update()
 
@@ -169,12 +255,12 @@ class Cluster:
 
 
 @contextlib.asynccontextmanager
-async def cluster(client: aetcd.Client) -> AsyncIterator[Cluster]:
+async def cluster(client: aetcd.Client, name: str) -> AsyncIterator[Cluster]:
     async with asyncio.TaskGroup() as tg:
         c = Cluster(client, tg)
         await c.watcher.load(client)
         c.watcher.add_observer(c.check)
-        watch = tg.create_task(c.watcher.watch(client))
+        follow = tg.create_task(c.follow())
         try:
             yield c
         finally:
@@ -183,13 +269,15 @@ async def cluster(client: aetcd.Client) -> AsyncIterator[Cluster]:
             c.floor_armed = False
             for zs in list(c.sessions):
                 await c.kill(*zs)
-            watch.cancel()
+            follow.cancel()
+    c.report(name)
     assert c.violations == [], c.violations[:10]
-    assert c.revisions_checked > 1
+    assert c.revisions_checked > 5
+    assert c.assignments_checked > 0
 
 
 async def test_members_join_leave_and_limits(etcd: aetcd.Client) -> None:
-    async with cluster(etcd) as c:
+    async with cluster(etcd, "members_join_leave_and_limits") as c:
         await c.put_items({f"item-{i:02d}": 3 for i in range(12)})
         for z in ("zone-a", "zone-b", "zone-c"):
             await c.start(z, "m1", 12)
@@ -214,7 +302,7 @@ async def test_members_join_leave_and_limits(etcd: aetcd.Client) -> None:
 
 
 async def test_replication_changes(etcd: aetcd.Client) -> None:
-    async with cluster(etcd) as c:
+    async with cluster(etcd, "replication_changes") as c:
         for z, m in (("zone-a", "m1"), ("zone-a", "m2"), ("zone-b", "m1"), ("zone-b", "m2")):
             await c.start(z, m, 10)
         await c.put_items({f"item-{i}": 1 for i in range(6)})
@@ -231,7 +319,7 @@ async def test_replication_changes(etcd: aetcd.Client) -> None:
 
 
 async def test_rolling_restart_keeps_replication(etcd: aetcd.Client) -> None:
-    async with cluster(etcd) as c:
+    async with cluster(etcd, "rolling_restart_keeps_replication") as c:
         old = [
             ("zone-a", "m1"),
             ("zone-a", "m2"),
@@ -257,8 +345,28 @@ async def test_rolling_restart_keeps_replication(etcd: aetcd.Client) -> None:
         )
 
 
+async def test_rolling_restart_over_three_zones_near_capacity(etcd: aetcd.Client) -> None:
+    """45 items of replication 3 on 6 members of limit 25 (150 slots for 135
+    replicas): every member is replaced in turn, its successor starting first."""
+    async with cluster(etcd, "rolling_restart_over_three_zones_near_capacity") as c:
+        old = [(z, m) for z in ("zone-a", "zone-b", "zone-c") for m in ("m1", "m2")]
+        for z, m in old:
+            await c.start(z, m, 25)
+        await c.put_items({f"item-{i:02d}": 3 for i in range(45)})
+        s = await c.converged(zones=3)
+        assert len(s.assignments) == 135
+        c.floor_armed = True
+
+        for z, m in old:
+            await c.start(z, m + "-new", 25)
+            await c.stop(z, m)
+            s = await c.converged(zones=3)
+            assert len(s.assignments) == 135
+        assert c.floor_checks >= 45 * 6
+
+
 async def test_dead_member_lease_and_dead_items(etcd: aetcd.Client) -> None:
-    async with cluster(etcd) as c:
+    async with cluster(etcd, "dead_member_lease_and_dead_items") as c:
         for z, m in (("zone-a", "m1"), ("zone-b", "m1"), ("zone-b", "m2")):
             await c.start(z, m, 10)
         await c.put_items({"item-x": 2, "item-y": 2})
@@ -271,3 +379,34 @@ async def test_dead_member_lease_and_dead_items(etcd: aetcd.Client) -> None:
         await c.kill("zone-b", "m1")
         s = await c.converged()
         assert s.find_member("zone-b", "m1") == -1
+
+
+def test_the_checker_sees_each_violation() -> None:
+    """A negative control: every invariant, broken in a snapshot, is reported."""
+
+    def kv(key: str, value: bytes, rev: int) -> keyspace.KeyValue:
+        return keyspace.KeyValue(ROOT + key, value, rev, rev, 1)
+
+    raw = [
+        kv("/assign/one-zone#zone-a#m1#0", b"", 5),
+        kv("/assign/one-zone#zone-a#m2#1", b"", 6),
+        kv("/assign/two-primaries#zone-a#m1#0", b"", 7),
+        kv("/assign/two-primaries#zone-b#m3#0", b"", 8),
+        kv("/items/one-zone", b'{"R": 2}', 3),
+        kv("/items/short", b'{"R": 2}', 4),
+        kv("/items/two-primaries", b'{"R": 2}', 4),
+        kv("/members/zone-a#m1", member_value(1), 1),
+        kv("/members/zone-a#m2", member_value(5), 1),
+        kv("/members/zone-b#m3", member_value(5), 2),
+    ]
+    c = Cluster(None, None)  # type: ignore[arg-type]
+    c.floor_armed = True
+    c.watcher.load_snapshot(pb.Header.Etcd(cluster_id=1, revision=8), raw)
+    c.check()
+    found = sorted(v.split(": ", 1)[1].split(" (")[0] for v in c.violations)
+    assert found == [
+        "one-zone spans one zone",
+        "short has 0 < 2 replicas",
+        "two-primaries has 2 primaries",
+        "zone-a#m1 grew to 2 > limit 1",
+    ]
