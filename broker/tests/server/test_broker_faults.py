@@ -222,3 +222,46 @@ async def test_graceful_exit_drains_and_persists(
             content, _ = await testing.read(_stub(ch), name, block=True, end_offset=len(expected))
             assert content == expected
             assert (await testing.append(_stub(ch), name, [b"more\n"])).status == pb.OK
+
+
+@pytest.mark.timeout(300)
+async def test_proposal_mismatch_reported_to_a_replicate_client(
+    etcd_server: ks_testing.EtcdServer, tmp_path: Any, cluster_factory: Any
+) -> None:
+    # A replica's spool is held by its primary's Replicate stream. Kill the primary:
+    # until its lease expires the route still names it, and a client speaking
+    # Replicate with that route gets the replica's spool, and its verdict.
+    with cluster_factory(etcd_server, tmp_path, brokers=3) as cluster:
+        name = "faults/mismatch"
+        spec = testing.journal_spec(name, replication=2, stores=[cluster.store_url])
+        async with cluster.channel(0) as ch:
+            stub = _stub(ch)
+            assert (await testing.apply_specs(stub, spec)).status == pb.OK
+            await testing.wait_writable(stub, name)
+            assert (await testing.append(stub, name, [b"0123456789"])).status == pb.OK
+            _, meta = await testing.read(stub, name, -1)
+        header = meta[0].header
+        route = header.route
+        primary = route.members[route.primary]
+        replica = route.members[1 - route.primary]
+        cluster.kill(next(i for i, b in enumerate(cluster.brokers) if b.id == primary))
+
+        req = pb.ReplicateRequest(
+            header=header,
+            proposal=pb.Fragment(journal=name, begin=0, end=3, compression_codec=pb.NONE),
+            registers=pb.LabelSet(),
+            acknowledge=True,
+        )
+        req.header.process_id.CopyFrom(replica)
+        async with cluster.channel(
+            next(i for i, b in enumerate(cluster.brokers) if b.id == replica)
+        ) as ch:
+            call = _stub(ch).Replicate(timeout=20)
+            await call.write(req)
+            resp = await call.read()
+            call.cancel()
+        # Not pb.validate(resp): like Gazette's, the first response carries our header,
+        # which Go's own ReplicateResponse validator would refuse (broker.md §1.5).
+        assert resp.status == pb.PROPOSAL_MISMATCH, resp
+        assert resp.header.process_id == replica
+        assert (resp.fragment.begin, resp.fragment.end) == (0, 10)

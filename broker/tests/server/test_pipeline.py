@@ -1,0 +1,204 @@
+"""The replication pipeline against in-process peers (grpc.aio servers on loopback).
+
+Each peer serves ``Replicate`` by applying requests to a real
+``fragment.Spool``, as a replica broker does, or answers scripted statuses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+import pytest
+
+from gazette.broker import protocol as pb
+from gazette.broker.fragment import spool
+from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
+from gazette.broker.server import pipeline
+
+JOURNAL = "a/journal"
+PRIMARY = pb.ProcessSpec.ID(zone="a", suffix="primary")
+
+
+class NullObserver:
+    def __init__(self) -> None:
+        self.commits: list[Any] = []
+        self.completed: list[spool.Spool] = []
+
+    def spool_commit(self, fragment: Any) -> None:
+        self.commits.append(fragment)
+
+    def spool_complete(self, sp: spool.Spool, primary: bool) -> None:
+        self.completed.append(sp)
+
+
+Script = Callable[[pb.ReplicateRequest], pb.ReplicateResponse | None]
+
+
+class Peer(pb2_grpc.JournalServicer):
+    """A replica: applies requests to its spool; ``script`` may answer instead."""
+
+    def __init__(self, suffix: str, tmp: str) -> None:
+        self.id = pb.ProcessSpec.ID(zone="b", suffix=suffix)
+        self.spool = spool.Spool(JOURNAL, NullObserver(), config=spool.SpoolConfig(directory=tmp))
+        self.script: Script | None = None
+        self.headers: list[pb.Header] = []
+        self.server: grpc.aio.Server | None = None
+        self.endpoint = ""
+
+    async def Replicate(
+        self, request_iterator: AsyncIterator[pb.ReplicateRequest], context: Any
+    ) -> None:  # type: ignore[override]
+        async for req in request_iterator:
+            if req.HasField("header"):
+                self.headers.append(req.header)
+            resp = self.script(req) if self.script is not None else None
+            if resp is None:
+                resp = await self.spool.apply(req)
+            if req.acknowledge:
+                await context.write(resp)
+
+    async def start(self) -> None:
+        self.server = grpc.aio.server()
+        pb2_grpc.add_JournalServicer_to_server(self, self.server)
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        await self.server.start()
+        self.endpoint = f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+async def peers(tmp_path: Any) -> AsyncIterator[list[Peer]]:
+    ps = [Peer("peer-one", str(tmp_path)), Peer("peer-two", str(tmp_path))]
+    for p in ps:
+        await p.start()
+    yield ps
+    for p in ps:
+        assert p.server is not None
+        await p.server.stop(None)
+
+
+async def make_pipeline(
+    peers: list[Peer], tmp: str
+) -> tuple[pipeline.Pipeline, spool.Spool, list[Any]]:
+    header = pb.Header()
+    header.process_id.CopyFrom(PRIMARY)
+    header.route.members.extend([PRIMARY, *(p.id for p in peers)])
+    header.route.endpoints.extend(["http://unused:1", *(p.endpoint for p in peers)])
+    header.route.primary = 0
+    header.etcd.CopyFrom(pb.Header.Etcd(cluster_id=1, member_id=2, revision=10, raft_term=3))
+    local = spool.Spool(JOURNAL, NullObserver(), config=spool.SpoolConfig(directory=tmp))
+    channels: list[grpc.aio.Channel] = []
+
+    def stub_for(_member: pb.ProcessSpec.ID, endpoint: str) -> Any:
+        ch = grpc.aio.insecure_channel(pb.endpoint_grpc_addr(endpoint))
+        channels.append(ch)
+        return pb2_grpc.JournalStub(ch)
+
+    returned: list[Any] = []
+    pln = pipeline.Pipeline(header, local, returned.append, stub_for)
+    pln.channels = channels  # type: ignore[attr-defined]
+    return pln, local, returned
+
+
+def sync_request(pln: pipeline.Pipeline, proposal: pb.Fragment) -> pb.ReplicateRequest:
+    req = pb.ReplicateRequest(proposal=proposal, registers=pb.LabelSet(), acknowledge=True)
+    req.header.CopyFrom(pln.header)
+    return req
+
+
+async def close(pln: pipeline.Pipeline, *, abort: bool = False) -> None:
+    if abort:
+        await pln.abort()
+    else:
+        await pln.shutdown(False)
+    for ch in pln.channels:  # type: ignore[attr-defined]
+        await ch.close()
+
+
+async def test_sync_then_pipelined_commits(peers: list[Peer], tmp_path: Any) -> None:
+    pln, local, returned = await make_pipeline(peers, str(tmp_path))
+    await pln.scatter(sync_request(pln, pb.Fragment(journal=JOURNAL, compression_codec=pb.NONE)))
+    assert await pln.gather_sync() == (0, None, 0)
+    assert pln.send_err() is None and pln.recv_err() is None
+    # Each peer saw the header addressed to itself.
+    assert [p.headers[0].process_id for p in peers] == [p.id for p in peers]
+
+    # Two appends, pipelined: the second sends before the first reads its acks.
+    barriers = []
+    for text in (b"hello ", b"world"):
+        await pln.scatter(pb.ReplicateRequest(content=text, content_delta=0))
+        commit = local.next()
+        await pln.scatter(
+            pb.ReplicateRequest(proposal=commit, registers=pb.LabelSet(), acknowledge=True)
+        )
+        barriers.append(pln.barrier())
+    for wait_for, close_after in barriers:
+        await wait_for
+        await pln.gather_ok()
+        close_after.set_result(None)
+    assert pln.recv_err() is None
+    assert local.spec.end == 11
+    assert pb.sha1sum_to_digest(local.spec.sum) == hashlib.sha1(b"hello world").digest()
+    for p in peers:
+        assert p.spool.spec == local.spec
+    await close(pln)
+    assert returned == [local]  # The spool went back to its replica.
+
+
+async def test_gather_sync_rolls_to_a_peer_further_ahead(peers: list[Peer], tmp_path: Any) -> None:
+    pln, _local, _ = await make_pipeline(peers, str(tmp_path))
+    regs = pb.label_set(owner="peer")
+    ahead = pb.Fragment(journal=JOURNAL, begin=0, end=500, compression_codec=pb.NONE)
+
+    def mismatch(req: pb.ReplicateRequest) -> pb.ReplicateResponse:
+        return pb.ReplicateResponse(status=pb.PROPOSAL_MISMATCH, fragment=ahead, registers=regs)
+
+    peers[1].script = mismatch
+    await pln.scatter(sync_request(pln, pb.Fragment(journal=JOURNAL, compression_codec=pb.NONE)))
+    roll_to, roll_regs, read_through = await pln.gather_sync()
+    assert (roll_to, roll_regs, read_through) == (500, regs, 0)
+    assert pln.recv_err() is None
+    await close(pln)
+
+
+async def test_gather_sync_wrong_route(peers: list[Peer], tmp_path: Any) -> None:
+    pln, _local, _ = await make_pipeline(peers, str(tmp_path))
+    newer = pb.Header()
+    newer.CopyFrom(pln.header)
+    newer.etcd.revision = 42
+    del newer.route.members[2]
+    del newer.route.endpoints[:]
+    peers[1].script = lambda req: pb.ReplicateResponse(status=pb.WRONG_ROUTE, header=newer)
+    await pln.scatter(sync_request(pln, pb.Fragment(journal=JOURNAL, compression_codec=pb.NONE)))
+    assert await pln.gather_sync() == (0, None, 42)
+    await close(pln)
+
+    # The same route at an older revision is a protocol error.
+    pln, _local, _ = await make_pipeline(peers, str(tmp_path))
+    same = pb.Header()
+    same.CopyFrom(pln.header)
+    peers[1].script = lambda req: pb.ReplicateResponse(status=pb.WRONG_ROUTE, header=same)
+    await pln.scatter(sync_request(pln, pb.Fragment(journal=JOURNAL, compression_codec=pb.NONE)))
+    await pln.gather_sync()
+    assert "unexpected WRONG_ROUTE" in str(pln.recv_err())
+    await close(pln, abort=True)
+
+
+async def test_a_dead_peer_fails_the_pipeline(peers: list[Peer], tmp_path: Any) -> None:
+    pln, local, returned = await make_pipeline(peers, str(tmp_path))
+    await pln.scatter(sync_request(pln, pb.Fragment(journal=JOURNAL, compression_codec=pb.NONE)))
+    await pln.gather_sync()
+    assert peers[0].server is not None
+    await peers[0].server.stop(None)
+    await pln.scatter(pb.ReplicateRequest(content=b"lost", content_delta=0))
+    await pln.scatter(
+        pb.ReplicateRequest(proposal=local.next(), registers=pb.LabelSet(), acknowledge=True)
+    )
+    await pln.gather_ok()
+    err = pln.recv_err() or pln.send_err()
+    assert err is not None and "peer-one" in str(err)
+    await close(pln, abort=True)
+    # The primary's own spool committed (peers catch up at the next sync) and went back.
+    assert returned == [local] and local.spec.end == 4
