@@ -1,13 +1,27 @@
-"""Fixtures of the client unit tests: an in-process fake broker and a client of it."""
+"""Fixtures of the client tests.
+
+Unit tests use ``fake`` (an in-process fake broker) and ``jc`` (a client of it);
+integration tests use ``brokers`` (real broker processes over the session's
+etcd, able to reach the session's S3 server) and ``s3_bucket``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import concurrent.futures
+import uuid
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from client_fakes import FakeBroker, InstantClock
 
-from gazette.broker import client
+from gazette import keyspace
+from gazette.broker import client, testing
+from gazette.broker.fragment import testing as fragment_testing
+from gazette.broker.fragment.testing import s3_bucket, s3_server
+from gazette.keyspace import testing as ks_testing
+
+__all__ = ["brokers", "clock", "fake", "jc", "s3_bucket", "s3_server"]
 
 
 @pytest.fixture
@@ -29,3 +43,39 @@ def clock() -> InstantClock:
 async def jc(fake: FakeBroker, clock: InstantClock) -> AsyncIterator[client.JournalClient]:
     async with client.JournalClient(client.ClientConfig(address=fake.endpoint), clock=clock) as c:
         yield c
+
+
+# --- Real brokers ----------------------------------------------------------------
+
+
+async def _delete_prefix(endpoint: str, prefix: str) -> None:
+    etcd = await keyspace.connect(endpoint, call_timeout=10)
+    try:
+        await etcd.delete_prefix(prefix.encode())
+    finally:
+        await etcd.close()
+
+
+@pytest.fixture(scope="module")
+def brokers(
+    etcd_server: ks_testing.EtcdServer,
+    s3_server: fragment_testing.S3Server,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[testing.BrokerCluster]:
+    """Four real brokers in two zones under a fresh etcd root; killed and wiped afterwards."""
+    root = f"/gazette/client-test-{uuid.uuid4().hex[:8]}"
+    cluster = testing.BrokerCluster(
+        etcd_server.endpoint,
+        work_dir=tmp_path_factory.mktemp("brokers"),
+        brokers=4,
+        etcd_prefix=root,
+        env=dict(s3_server.env),
+    )
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.kill_all()
+        # A thread of its own: the fixture may be torn down inside a running loop.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, _delete_prefix(etcd_server.endpoint, root + "/")).result()

@@ -71,6 +71,11 @@ class Reader:
         self._direct: FragmentReader | None = None
         self._counter = metrics.READ_BYTES.labels(request.journal)
 
+    @property
+    def dispatched_to(self) -> str | None:
+        """The endpoint the RPC went to ("" for the default address; None before it started)."""
+        return None if self._dispatch is None else self._dispatch.endpoint
+
     async def close(self) -> None:
         if self._call is not None:
             self._call.cancel()
