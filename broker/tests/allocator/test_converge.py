@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import prometheus_client
+
 from gazette.allocator import item_state, keys, testing, txn
 from gazette.allocator.state import State
 
@@ -150,3 +152,64 @@ def test_batched_txn_limits() -> None:
     assert (c.key, c.mod_revision) == (b"k", 7)
     p = txn.put("k", b"v", lease=3)
     assert (p.request_put.lease, p.request_put.value) == (3, b"v")
+
+
+def _sample(name: str) -> float:
+    v = prometheus_client.REGISTRY.get_sample_value(name)
+    assert v is not None, name
+    return v
+
+
+GAZETTE_METRICS = [
+    "gazette_allocator_assignment_added_total",
+    "gazette_allocator_assignment_packed_total",
+    "gazette_allocator_assignment_removed_total",
+    "gazette_allocator_converge_total",
+    "gazette_allocator_max_flow_runtime_seconds_count",
+    "gazette_allocator_desired_replication_slots",
+    "gazette_allocator_items",
+    "gazette_allocator_members",
+]
+
+
+async def test_converge_moves_gazettes_counters() -> None:
+    before = {n: _sample(n) for n in GAZETTE_METRICS}
+
+    def delta(name: str) -> float:
+        return _sample(name) - before[name]
+
+    # Two adds to an empty item.
+    s = testing.build_state(ROOT, "", MEMBERS, [("i", 2)])
+    await run(s, [A("i", "a", "m1"), A("i", "b", "m3")])
+    assert delta("gazette_allocator_assignment_added_total") == 2
+    # One removal of an over-replicated item, and one promotion + one pack.
+    asn = [("i", "a", "m1", 0), ("i", "a", "m2", 1), ("i", "b", "m3", 2)]
+    s = testing.build_state(ROOT, "", MEMBERS, [("i", 2)], asn)
+    await run(s, [A("i", "a", "m1"), A("i", "b", "m3")])
+    assert delta("gazette_allocator_assignment_removed_total") == 1
+    s = testing.build_state(
+        ROOT, "", MEMBERS, [("i", 2)], [("i", "a", "m1", 2), ("i", "b", "m3", 3)]
+    )
+    await run(s, [A("i", "a", "m1"), A("i", "b", "m3")])
+    assert delta("gazette_allocator_assignment_packed_total") == 2
+    # A settled item moves nothing.
+    s = testing.build_state(
+        ROOT, "", MEMBERS, [("i", 2)], [("i", "a", "m1", 0), ("i", "b", "m3", 1)]
+    )
+    t = await run(s, [A("i", "a", "m1"), A("i", "b", "m3")])
+    assert t.ops() == []
+    assert delta("gazette_allocator_assignment_added_total") == 2
+    assert delta("gazette_allocator_assignment_removed_total") == 1
+    assert delta("gazette_allocator_assignment_packed_total") == 2
+
+
+def test_settled_items_are_exactly_those_converge_leaves_alone() -> None:
+    a = [("i", "a", "m1"), ("i", "b", "m3")]
+    for slots, settled in (((0, 1), True), ((1, 0), True), ((0, 2), False), ((1, 1), False)):
+        asn = [(*x, slot) for x, slot in zip(a, slots, strict=True)]
+        s = testing.build_state(ROOT, "", MEMBERS, [("i", 2)], asn)
+        assert item_state._settled(s.assignments, [A(*x) for x in a]) is settled
+    s = testing.build_state(
+        ROOT, "", MEMBERS, [("i", 2)], [("i", "a", "m1", 0), ("i", "a", "m2", 1)]
+    )
+    assert not item_state._settled(s.assignments, [A(*x) for x in a])

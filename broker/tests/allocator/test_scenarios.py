@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator
 
 import aetcd
 import grpc
+import prometheus_client
 import pytest
 
 from gazette import allocator, keyspace
@@ -64,6 +65,11 @@ class Cluster:
         self.spread_checks = 0  # item-revisions checked for zone spread
         self._prev_counts: collections.Counter[tuple[str, str]] = collections.Counter()
         self.last_write = 0  # revision of our last write; convergence is judged after it
+        self.leader_round = asyncio.Event()  # set, then replaced, at each leader round
+
+    def _on_round(self, _round: int, _idle: bool) -> None:
+        done, self.leader_round = self.leader_round, asyncio.Event()
+        done.set()
 
     # -- following etcd one revision at a time -------------------------------
 
@@ -163,6 +169,7 @@ class Cluster:
             member_value(limit),
             member_value(limit, exiting=True),
             config=allocator.SessionConfig(lease_ttl=10),
+            on_round=self._on_round,
         )
         task = self.tg.create_task(session.run(), name=f"member {zone}#{suffix}")
         self.sessions[(zone, suffix)] = (session, task)
@@ -289,6 +296,19 @@ async def test_members_join_leave_and_limits(etcd: aetcd.Client) -> None:
             await c.start(z, "m2", 8)
         s = await c.converged()
         assert len(s.members) == 5
+        # The leader's Gazette-named metrics follow its rounds (the round of
+        # the last join may still be to come: nothing had to move).
+        reg = prometheus_client.REGISTRY
+
+        async def members_gauge_is(n: int) -> None:
+            while reg.get_sample_value("gazette_allocator_members") != n:
+                await c.leader_round.wait()
+
+        await asyncio.wait_for(members_gauge_is(5), WAIT)
+        assert reg.get_sample_value("gazette_allocator_items") == 12
+        assert reg.get_sample_value("gazette_allocator_desired_replication_slots") == 36
+        assert (reg.get_sample_value("gazette_allocator_converge_total") or 0) > 0
+        assert (reg.get_sample_value("gazette_allocator_max_flow_runtime_seconds_count") or 0) > 0
 
         # A limit drops: its member sheds down to it.
         await c.set_limit("zone-a", "m1", 6)

@@ -118,9 +118,10 @@ class Decoder(Protocol):
 
 def assert_above_sep(s: str) -> None:
     """Raise ValueError if ``s`` holds a character that sorts at or below ``#``."""
-    for i, ch in enumerate(s):
-        if ord(ch) <= _SEP_ORD:
-            raise ValueError(f"invalid char <= '#' (ind {i} of {s!r})")
+    # min() scans in C: a leader builds 30,000 keys in a round.
+    if s and min(s) <= SEP:
+        i = next(i for i, ch in enumerate(s) if ord(ch) <= _SEP_ORD)
+        raise ValueError(f"invalid char <= '#' (ind {i} of {s!r})")
 
 
 def member_key(root: str, zone: str, suffix: str) -> str:
