@@ -23,15 +23,29 @@ against OR-Tools' ``SimpleMinCostFlow`` (a min-cost max-flow of the same
 network, with costs for moves, zone imbalance and load over the fair share)
 on 10,000 items x 30 members x 3 zones x replication 3: OR-Tools solved in
 0.28 s (first assignment) and 0.18 s (after a member leaves), the port in
-0.40 s and 0.86 s. Both meet the 2 s aim; the port is kept because it
-reproduces Go Gazette's assignments (a Python broker may lead a cluster of Go
-brokers), is pure Python, and keeps OR-Tools, numpy and pandas out of the
-broker image (OR-Tools' newer releases also pin an older protobuf than ours).
+about 0.3 s and 0.6 s (CPU, best of 5). Both meet the 2 s aim; the port is
+kept because it reproduces Go Gazette's assignments (a Python broker may lead
+a cluster of Go brokers), is pure Python, and keeps OR-Tools, numpy and pandas
+out of the broker image (OR-Tools' newer releases also pin an older protobuf
+than ours). The solve after a member leaves costs twice the first: the first
+is a perfect fit (every member's fair share is exactly 1,000 replicas and
+nothing is relabelled), while the leaving member's zone lacks 685 replicas,
+so excess spills back from full members through ~1.1 million residual scans
+and 20,000 relabels before the network relaxes member caps.
+
+Through etcd (``bench/bench_allocator.py``) the leader writes 30,000
+assignments in 239 transactions of <= 128 operations (etcd's default
+``--max-txn-ops``, which Gazette also assumes), up to 4 in flight, each
+member-key comparison made once per transaction; it extracts its State once
+per round rather than at every KeySpace update, and skips settled items
+(current = desired, slots packed) without consistency checks.
 
 Key types: :class:`State` (extracted from a KeySpace), :class:`ObservedState`,
-:func:`allocate` (the loop), :class:`Session` (lease, announce, allocate,
-graceful exit), :class:`Resolver` (journal -> Route + status),
-:class:`Decoder` (application hook), :class:`JournalDecoder` (brokers).
+:func:`allocate` (the loop), :class:`BatchedTxn` and :class:`TxnConfig` (leader
+writes), :class:`Session` (lease, announce, allocate, graceful exit),
+:class:`Resolver` (journal -> Route + status), :class:`Decoder` (application
+hook), :class:`JournalDecoder` (brokers); Prometheus metrics with Gazette's
+names in :mod:`gazette.allocator.metrics`.
 
 Usage::
 
@@ -52,7 +66,7 @@ Usage::
         session.request_exit()   # on SIGTERM: drains, then revokes the lease
 """
 
-from gazette.allocator import errors
+from gazette.allocator import errors, metrics
 from gazette.allocator.allocator import ObservedState, allocate, change_summary, solve
 from gazette.allocator.announce import (
     Announcement,
@@ -80,7 +94,7 @@ from gazette.allocator.keys import (
 from gazette.allocator.resolver import Resolution, ResolveOptions, Resolver
 from gazette.allocator.routes import JournalDecoder, journal_is_consistent, route_of
 from gazette.allocator.state import IsConsistentFn, LocalItem, State, always_consistent
-from gazette.allocator.txn import BatchedTxn
+from gazette.allocator.txn import BatchedTxn, TxnConfig
 
 __all__ = [
     "Announcement",
@@ -101,6 +115,7 @@ __all__ = [
     "Session",
     "SessionConfig",
     "State",
+    "TxnConfig",
     "allocate",
     "always_consistent",
     "announce",
@@ -115,6 +130,7 @@ __all__ = [
     "keep_alive",
     "key_value_decoder",
     "member_key",
+    "metrics",
     "revoke_lease",
     "route_of",
     "solve",

@@ -48,6 +48,8 @@ class SessionConfig:
     reannounce_backoff: float = 1.0
     watch_keyspace: bool = True
     """Run the KeySpace watch within the session (off if the caller runs it)."""
+    txn_config: txn.TxnConfig = dataclasses.field(default_factory=txn.TxnConfig)
+    """How the leader batches its writes (etcd's ``--max-txn-ops``, transactions in flight)."""
 
 
 @dataclasses.dataclass
@@ -216,7 +218,13 @@ class Session:
             self.ready.set()
             async with asyncio.TaskGroup() as tg:
                 alloc = tg.create_task(
-                    allocate(self.client, self.observed, on_round=self.on_round), name="allocate"
+                    allocate(
+                        self.client,
+                        self.observed,
+                        on_round=self.on_round,
+                        txn_config=cfg.txn_config,
+                    ),
+                    name="allocate",
                 )
                 keeper = tg.create_task(
                     keep_alive(self.client, self.lease_id, cfg.lease_ttl, sleep=self._sleep),
