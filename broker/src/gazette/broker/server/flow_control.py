@@ -129,7 +129,8 @@ class FlowControl(Generic[M]):
 
     ``recv()`` returns the next message once its bytes are paid for, ``None``
     at the end of the source, and raises :class:`errors.FlowControlUnderflow`
-    if the client stalls. ``invalidated`` is polled each tick: once true the
+    if the client stalls, or :class:`errors.Cancelled` at the first tick after
+    ``aborted()`` turns true (the RPC's driver gave up on its client). ``invalidated`` is polled each tick: once true the
     maximum rate is dropped (Gazette does so on a route change).
     """
 
@@ -140,11 +141,13 @@ class FlowControl(Generic[M]):
         *,
         clock: Callable[[], float] = time.time,
         invalidated: Callable[[], bool] = lambda: False,
+        aborted: Callable[[], bool] = lambda: False,
     ) -> None:
         self._state = state
         self._source = source
         self._clock = clock
         self._invalidated = invalidated
+        self._aborted = aborted
         self._invalidate_seen = False
         self._next_tick = clock() + QUANTUM_S
         self._pending: asyncio.Task[M] | None = None
@@ -160,6 +163,8 @@ class FlowControl(Generic[M]):
         if now < self._next_tick:
             return
         self._next_tick = now + QUANTUM_S
+        if self._aborted():
+            raise errors.Cancelled()
         if not self._invalidate_seen and self._invalidated():
             self._invalidate_seen = True
             self._state.on_invalidate()

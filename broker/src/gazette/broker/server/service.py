@@ -212,8 +212,7 @@ class Service:
         abort and given :data:`ABORT_GRACE` to get its pipeline back in order; only
         then is the pipeline torn down.
         """
-        source = None if requests is None else _abortable(requests, fsm.aborted)
-        task = asyncio.ensure_future(self._drive(fsm, source))
+        task = asyncio.ensure_future(self._drive(fsm, requests))
         try:
             done, _ = await asyncio.wait({task}, timeout=give_up_after)
             if done:
@@ -264,7 +263,11 @@ class Service:
                     int(self.clock() * 1000),
                 )
                 fc = flow_control.FlowControl(
-                    flow, source, clock=self.clock, invalidated=res.invalidated.is_set
+                    flow,
+                    source,
+                    clock=self.clock,
+                    invalidated=res.invalidated.is_set,
+                    aborted=fsm.aborted.is_set,
                 )
                 try:
                     while fsm.state == append_fsm.State.STREAM_CONTENT:
@@ -374,25 +377,3 @@ class Service:
 
     def desired_replication(self, spec: pb.JournalSpec) -> int:
         return pb.desired_replication(spec, self.config.max_replication)
-
-
-async def _abortable(
-    source: AsyncIterator[pb.AppendRequest], aborted: asyncio.Event
-) -> AsyncIterator[pb.AppendRequest]:
-    """Messages of ``source`` until it ends, or :class:`errors.Cancelled` once ``aborted``."""
-    while True:
-        nxt = asyncio.ensure_future(anext(source))
-        stop = asyncio.ensure_future(aborted.wait())
-        try:
-            await asyncio.wait((nxt, stop), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
-            if not nxt.done():
-                nxt.cancel()
-        if not nxt.done() or nxt.cancelled():
-            raise errors.Cancelled()
-        try:
-            msg = nxt.result()
-        except StopAsyncIteration:
-            return
-        yield msg
