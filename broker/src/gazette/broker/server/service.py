@@ -190,7 +190,7 @@ class Service:
             log.warning(
                 "journal pulse of %s failed (will retry): status %s, %s",
                 rep.journal,
-                res.status if res is not None else "-",
+                pb.enum_text(pb.Status, res.status) if res is not None else "-",
                 fsm.err,
             )
         return res.invalidated if res is not None else None
