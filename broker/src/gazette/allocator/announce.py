@@ -9,8 +9,10 @@ lease), vanish together when the lease expires.
 previous incarnation's key has expired. :class:`Session` ties it together:
 lease, announcement, KeySpace load and watch, the allocate loop, and graceful
 exit (mark the member exiting, wait until it holds no assignments, revoke the
-lease). If the lease or the member key is lost while not exiting, the session
-announces again under a new lease (Gazette instead aborts the process).
+lease). The lease is kept alive from its grant on, through an announcement
+that may wait out a previous incarnation's key for longer than the TTL. If
+the lease or the member key is lost while not exiting, the session announces
+again under a new lease (Gazette instead aborts the process).
 """
 
 from __future__ import annotations
@@ -191,32 +193,50 @@ class Session:
             try:
                 await self._run_once()
                 return
-            except (errors.LeaseLost, errors.MemberKeyMissing) as e:
+            except* (errors.LeaseLost, errors.MemberKeyMissing) as eg:
+                # Raised from within the session's task group, so they arrive
+                # wrapped in an ExceptionGroup (with anything else that failed
+                # alongside, which this block leaves to propagate).
                 if not self.config.reannounce or self._exit.is_set():
                     raise
-                log.warning("member %s lost (%s): announcing again", self.member_key, e)
-                self.ready.clear()
-                await self._sleep(self.config.reannounce_backoff)
+                log.warning(
+                    "member %s lost (%s): announcing again", self.member_key, eg.exceptions[0]
+                )
+            self.ready.clear()
+            await self._sleep(self.config.reannounce_backoff)
 
     async def _run_once(self) -> None:
         cfg = self.config
         self.lease_id = await grant_lease(self.client, cfg.lease_ttl)
         try:
-            self.announcement = await announce(
-                self.client,
-                self.member_key,
-                self.exiting_spec if self._exit.is_set() else self.spec,
-                self.lease_id,
-                retry_interval=cfg.announce_retry,
-                sleep=self._sleep,
-            )
-            if self.observed is None:
-                await self.ks.load(self.client, self.announcement.revision)
-                self.observed = ObservedState(self.ks, self.member_key, self.is_consistent)
-            else:
-                await self.ks.wait_for_revision(self.announcement.revision)
-            self.ready.set()
             async with asyncio.TaskGroup() as tg:
+                # Kept alive from its grant on: announcing may wait out a
+                # previous incarnation's key for longer than our own TTL (a
+                # broker restarted after SIGKILL; test_session.py).
+                keeper = tg.create_task(
+                    keep_alive(self.client, self.lease_id, cfg.lease_ttl, sleep=self._sleep),
+                    name="lease keep-alive",
+                )
+                self.announcement = await announce(
+                    self.client,
+                    self.member_key,
+                    self.exiting_spec if self._exit.is_set() else self.spec,
+                    self.lease_id,
+                    retry_interval=cfg.announce_retry,
+                    sleep=self._sleep,
+                )
+                if self.observed is None:
+                    await self.ks.load(self.client, self.announcement.revision)
+                    self.observed = ObservedState(self.ks, self.member_key, self.is_consistent)
+                # A watch of our own resumes where the last session's left off;
+                # it must run before waiting for the announcement to be seen.
+                watcher = (
+                    tg.create_task(self.ks.watch(self.client), name="keyspace watch")
+                    if cfg.watch_keyspace
+                    else None
+                )
+                await self.ks.wait_for_revision(self.announcement.revision)
+                self.ready.set()
                 alloc = tg.create_task(
                     allocate(
                         self.client,
@@ -226,16 +246,7 @@ class Session:
                     ),
                     name="allocate",
                 )
-                keeper = tg.create_task(
-                    keep_alive(self.client, self.lease_id, cfg.lease_ttl, sleep=self._sleep),
-                    name="lease keep-alive",
-                )
                 exiter = tg.create_task(self._mark_exiting(), name="mark exiting")
-                watcher = (
-                    tg.create_task(self.ks.watch(self.client), name="keyspace watch")
-                    if cfg.watch_keyspace
-                    else None
-                )
                 await alloc
                 for task in (keeper, exiter, watcher):
                     if task is not None:

@@ -68,11 +68,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+# Resolved here, in the parent: loading a library between fork and exec of a
+# process with gRPC threads crashed the child (SIGSEGV in ctypes.CDLL during a
+# restart of the SIGKILL fault test), as dlopen may take locks another thread held.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+_prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+_prctl.restype = ctypes.c_int
+
+
 def _die_with_parent() -> None:
     # Between fork and exec: if the test process dies outright, the kernel
     # SIGKILLs the broker instead of leaving it serving for ever.
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 @dataclasses.dataclass

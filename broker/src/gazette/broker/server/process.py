@@ -28,8 +28,6 @@ import socket
 import sys
 import time
 
-import aetcd
-import aetcd.exceptions
 import grpc
 
 from gazette import allocator, keyspace
@@ -146,7 +144,6 @@ async def serve(cfg: config.Config, *, stop: asyncio.Event | None = None) -> Non
     debug = debug_http.DebugServer(lambda: ready)
 
     try:
-        await _await_member_key_free(client, session.member_key, stop)
         async with registry, asyncio.TaskGroup() as tg:
             session_task = tg.create_task(session.run(), name="allocator session")
             stop_task = tg.create_task(stop.wait(), name="stop signal")
@@ -224,31 +221,6 @@ async def serve(cfg: config.Config, *, stop: asyncio.Event | None = None) -> Non
         await debug.close()
         with contextlib.suppress(keyspace.errors.KeySpaceError, OSError):
             await client.close()
-
-
-async def _await_member_key_free(client: aetcd.Client, key: str, stop: asyncio.Event) -> None:
-    """Wait until a previous incarnation's member key (same zone and id) has expired.
-
-    The allocator session grants its lease before announcing and only keeps it
-    alive once announced; an announcement that waits out an old key for longer
-    than the lease TTL would find its own lease expired. Waiting here, before
-    the session starts, keeps that wait out of the lease's lifetime.
-    """
-    logged = False
-    while not stop.is_set():
-        try:
-            found = await client.get(key.encode()) is not None
-        except aetcd.exceptions.ClientError as e:
-            log.warning("checking member key %s (will retry): %s", key, e)
-            found = True
-        if not found:
-            return
-        if not logged:
-            log.warning("member key %s exists: waiting for its lease to expire", key)
-            logged = True
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(0.5):
-                await stop.wait()
 
 
 def run(cfg: config.Config) -> int:
