@@ -10,6 +10,8 @@ MEMBERS := broker consumer gazctl operator spark
 SRC_DIRS := $(foreach m,$(MEMBERS),$(m)/src)
 # Where `make up` keeps etcd data, spools and the file:// store.
 DATA   ?= .local
+# Extra flags of `make up`, e.g. UP_ARGS="--etcd-port 0 --broker-port 0 --gateway-port 0".
+UP_ARGS ?=
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 PROTOS := broker/src/gazette/broker/protocol/protocol.proto \
@@ -99,8 +101,8 @@ bench: $(VENV)/.installed ## Benchmarks (figures, not pass/fail).
 	$(PY) -m bench
 
 .PHONY: up
-up: $(VENV)/.installed ## Start a local cluster (etcd now; brokers as they land) under $(DATA)/.
-	$(PY) -m gazette.gazctl.devcluster up --data $(DATA)
+up: $(VENV)/.installed ## Start etcd, 3 brokers in 2 zones and the HTTP gateway under $(DATA)/; apply examples/journals.yaml.
+	$(PY) -m gazette.gazctl.devcluster up --data $(DATA) $(UP_ARGS)
 
 .PHONY: down
 down: ## Stop what `make up` started, and only that.

@@ -1,4 +1,4 @@
-"""`make up` / `make down`: a detached etcd that `down` stops, and only it."""
+"""`make up` / `make down`: detached etcd, brokers and gateway that `down` stops, and only them."""
 
 from __future__ import annotations
 
@@ -21,11 +21,13 @@ pytestmark = pytest.mark.integration
 
 
 def run(*args: str) -> str:
+    if args[0] == "up":  # Never the developer's own ports.
+        args = (*args, "--broker-port", "0", "--gateway-port", "0", "--no-journals")
     out = subprocess.run(
         [sys.executable, "-m", "gazette.gazctl.devcluster", *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=180,
         check=True,
     )
     return out.stdout
@@ -47,8 +49,9 @@ def healthy(endpoint: str) -> bool:
 
 def test_up_then_down_leaves_nothing_behind(data: pathlib.Path) -> None:
     out = run("up", "--data", str(data), "--etcd-port", "0")
-    (etcd,) = devcluster.read_state(data)
-    assert etcd.name == "etcd"
+    processes = devcluster.read_state(data)
+    assert [p.name for p in processes] == ["etcd", "broker-0", "broker-1", "broker-2", "gateway"]
+    etcd = processes[0]
     assert f"pid {etcd.pid}" in out and etcd.endpoint in out and "make down" in out
     assert devcluster.is_running(etcd)
     assert healthy(etcd.endpoint)
@@ -57,11 +60,13 @@ def test_up_then_down_leaves_nothing_behind(data: pathlib.Path) -> None:
     # Up again: idempotent, the same process.
     again = run("up", "--data", str(data), "--etcd-port", "0")
     assert "already up" in again
-    assert devcluster.read_state(data) == [etcd]
+    assert devcluster.read_state(data) == processes
     assert f"etcd  pid {etcd.pid}" in run("status", "--data", str(data))
 
-    assert f"stopped etcd (pid {etcd.pid})" in run("down", "--data", str(data))
-    assert not devcluster.is_running(etcd)
+    out = run("down", "--data", str(data))
+    for p in processes:
+        assert f"stopped {p.name} (pid {p.pid})" in out
+        assert not devcluster.is_running(p)
     assert devcluster.read_state(data) == []
     assert "nothing to stop" in run("down", "--data", str(data))
     assert "nothing running" in run("status", "--data", str(data))
@@ -74,11 +79,12 @@ def test_up_says_when_the_port_is_taken(data: pathlib.Path) -> None:
         port = taken.getsockname()[1]
         out = run("up", "--data", str(data), "--etcd-port", str(port))
     assert f"port {port} is already in use" in out
-    (etcd,) = devcluster.read_state(data)
+    processes = devcluster.read_state(data)
+    etcd = processes[0]
     assert not etcd.endpoint.endswith(f":{port}")
     assert healthy(etcd.endpoint)
     run("down", "--data", str(data))
-    assert not devcluster.is_running(etcd)
+    assert not any(devcluster.is_running(p) for p in processes)
 
 
 def test_down_leaves_other_processes_alone(data: pathlib.Path) -> None:

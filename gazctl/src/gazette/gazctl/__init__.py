@@ -1,1 +1,27 @@
-"""Placeholder."""
+"""gazctl: the command-line tool of a Gazette broker cluster.
+
+``gazctl journals <command>`` lists, applies, edits, reads and appends to
+journals, lists and prunes their fragments, suspends them, resets their
+heads and checks fragment stores, with the command names and flags of
+Gazette's own ``gazctl`` (broker.md §12). It talks to brokers only through
+``gazette.broker.client``; ``prune`` alone also deletes fragment files from
+stores itself, as Gazette's does.
+
+Modules:
+
+- :mod:`cli` — the click command tree (``gazctl`` console script,
+  ``python -m gazette.gazctl``), shared ``--broker.*`` options and error
+  reporting (one line on stderr, exit status 1).
+- :mod:`journals` — the ``journals`` commands.
+- :mod:`output` — tables, JSON and progress lines.
+- :mod:`devcluster` — ``make up`` / ``make down``: a local cluster of real processes.
+
+Usage::
+
+    $ gazctl journals list -l topic=logs
+    $ echo hello | gazctl journals append -l name=examples/logs/one
+    $ gazctl journals read -l name=examples/logs/one
+    hello
+"""
+
+__all__: list[str] = []

@@ -65,6 +65,9 @@ class ClientConfig:
     max_message_size: int = 8 << 20
     #: How long an endpoint that failed a call is avoided when choosing route members.
     broken_endpoint_cooldown: float = 5.0
+    #: List / Apply / ListFragments / FragmentStoreHealth wait for a broker to be
+    #: reachable (True), or fail at once with UNAVAILABLE (False, as a CLI wants).
+    wait_for_ready: bool = True
     #: Directory that ``file://`` fragment URLs are relative to ("" to refuse them).
     file_root: str = ""
     backoff: Backoff = dataclasses.field(default_factory=Backoff)

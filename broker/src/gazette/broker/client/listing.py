@@ -95,7 +95,7 @@ async def list_journals(
         selector = pb.parse_selector(selector)
     request = pb.ListRequest(selector=selector or pb.LabelSelector())
     call = client.default().stub.List(
-        request, metadata=client.metadata or None, wait_for_ready=True
+        request, metadata=client.metadata or None, wait_for_ready=client.config.wait_for_ready
     )
     try:
         resp = await read_list_response(call, request)
@@ -133,7 +133,7 @@ async def apply_journals(
         batch = pb.ApplyRequest(changes=changes[i : i + size])
         try:
             resp = await client.default().stub.Apply(
-                batch, metadata=client.metadata or None, wait_for_ready=True
+                batch, metadata=client.metadata or None, wait_for_ready=client.config.wait_for_ready
             )
         except grpc.aio.AioRpcError as e:
             raise _transport(e, "Apply", client) from e
@@ -154,7 +154,7 @@ async def list_all_fragments(
         dispatch = client.dispatch(req.journal, primary=False)
         try:
             resp = await dispatch.stub.ListFragments(
-                req, metadata=client.metadata or None, wait_for_ready=True
+                req, metadata=client.metadata or None, wait_for_ready=client.config.wait_for_ready
             )
         except grpc.aio.AioRpcError as e:
             raise errors.transport_error(
@@ -185,7 +185,7 @@ async def fragment_store_health(
     pb.validate(req)
     try:
         resp = await client.default().stub.FragmentStoreHealth(
-            req, metadata=client.metadata or None, wait_for_ready=True
+            req, metadata=client.metadata or None, wait_for_ready=client.config.wait_for_ready
         )
     except grpc.aio.AioRpcError as e:
         raise _transport(e, "FragmentStoreHealth", client) from e

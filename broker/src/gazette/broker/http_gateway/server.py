@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http
 import logging
 from collections.abc import Callable
 
@@ -39,6 +40,14 @@ _READ_SIZE = 64 * 1024
 
 class _ClientGone(Exception):
     pass
+
+
+def _response(status: int, headers: list[tuple[str, str]]) -> h11.Response:
+    try:
+        reason = http.HTTPStatus(status).phrase
+    except ValueError:
+        reason = ""
+    return h11.Response(status_code=status, headers=headers, reason=reason)
 
 
 class Server:
@@ -130,12 +139,10 @@ class Server:
         headers: list[tuple[str, str]] | None = None,
         content_type: str = "text/plain; charset=utf-8",
     ) -> None:
-        fields = [
-            *(headers or []),
-            ("Content-Type", content_type),
-            ("Content-Length", str(len(body))),
-        ]
-        await self._send(conn, writer, h11.Response(status_code=status, headers=fields))
+        fields = [*(headers or [])]
+        if status != 204:  # A 204 has no body, so no body headers either.
+            fields += [("Content-Type", content_type), ("Content-Length", str(len(body)))]
+        await self._send(conn, writer, _response(status, fields))
         if body:
             await self._send(conn, writer, h11.Data(data=body))
         await self._send(conn, writer, h11.EndOfMessage())
@@ -195,9 +202,7 @@ class Server:
         if reply.stream is None:
             await self._send_simple(conn, writer, reply.status, reply.body, reply.headers)
             return
-        await self._send(
-            conn, writer, h11.Response(status_code=reply.status, headers=reply.headers)
-        )
+        await self._send(conn, writer, _response(reply.status, reply.headers))
         await self._stream(conn, reader, writer, reply)
 
     async def _stream(

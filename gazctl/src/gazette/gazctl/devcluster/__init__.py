@@ -7,9 +7,16 @@ data directory (``.local/`` by default), and records what it started in
 (and only if they are still the processes that were started), then forgets
 them; both are idempotent.
 
-Today the cluster is one etcd on Gazette's default address,
-``http://localhost:2379`` (another free port when that one is taken). Brokers
-and consumers join as further entries of :data:`COMPONENTS`.
+The cluster: one etcd on Gazette's default address, ``http://localhost:2379``;
+three brokers in two zones (``zone-a``, ``zone-b``), the first on Gazette's
+default broker address ``http://localhost:8080``, sharing a ``file://`` fragment
+store under ``<data>/fragments``; and the journal HTTP gateway (``curl``'s way
+in) on ``http://localhost:8081``. A port that is taken is replaced by a free
+one, and said so. Once every process serves, ``up`` applies
+``examples/journals.yaml`` (journals labelled ``topic=logs`` and others), waits
+until they take appends, and prints what to try next. ``<data>/env`` holds
+``BROKER_ADDRESS`` etc. for a shell to source. Consumers join as further
+entries of :data:`COMPONENTS`.
 
 Usage::
 
@@ -20,21 +27,31 @@ Usage::
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import json
 import os
 import pathlib
 import signal
+import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 
+from gazette.broker import client, journalspace
+from gazette.broker import protocol as pb
 from gazette.keyspace import testing
 
 __all__ = [
+    "BROKERS",
     "COMPONENTS",
     "Component",
     "Options",
     "Process",
+    "StartError",
     "down",
     "is_running",
     "read_state",
@@ -44,16 +61,31 @@ __all__ = [
 STATE_FILE = "devcluster.json"
 DEFAULT_ETCD_PORT = 2379
 DEFAULT_ETCD_PEER_PORT = 2380
+DEFAULT_BROKER_PORT = 8080
+DEFAULT_GATEWAY_PORT = 8081
+#: The brokers of the cluster: (id, zone). Two zones, so replicas spread across them.
+BROKERS = (("broker-0", "zone-a"), ("broker-1", "zone-b"), ("broker-2", "zone-a"))
+#: The journals ``up`` applies (relative to the repository root).
+EXAMPLE_JOURNALS = pathlib.Path(__file__).resolve().parents[5] / "examples" / "journals.yaml"
 
 Say = Callable[[str], None]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Options:
-    """What ``up`` was asked for. ``etcd_port`` 0 means any free port."""
+    """What ``up`` was asked for. A port of 0 means any free port.
+
+    ``broker_port`` is the first broker's gRPC port (the others take free ports);
+    ``journals`` is the YAML hierarchy applied once the brokers serve (None: none).
+    """
 
     data: pathlib.Path
     etcd_port: int = DEFAULT_ETCD_PORT
+    broker_port: int = DEFAULT_BROKER_PORT
+    gateway_port: int = DEFAULT_GATEWAY_PORT
+    journals: pathlib.Path | None = EXAMPLE_JOURNALS
+    #: Seconds to wait for each process to serve.
+    timeout: float = 90.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -65,6 +97,11 @@ class Process:
     argv: list[str]
     endpoint: str
     log: str
+    #: Processes stop in descending stage order, a stage's processes together
+    #: (brokers drain their journals while etcd is still there).
+    stage: int = 0
+    #: Where its HTTP diagnostics (/debug/ready) are served, if anywhere.
+    http: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -103,8 +140,179 @@ def _start_etcd(options: Options, started: list[Process], say: Say) -> Process:
     return Process("etcd", server.release(), argv, server.endpoint, str(server.log_path))
 
 
-#: The cluster, in start order (``down`` stops in reverse order).
-COMPONENTS: list[Component] = [Component("etcd", _start_etcd)]
+def _port(wanted: int, what: str, say: Say) -> int:
+    if wanted and not testing.port_is_free(wanted):
+        say(f"port {wanted} is already in use: starting {what} on a free port instead")
+        wanted = 0
+    return wanted or testing.free_port()
+
+
+def _spawn(argv: list[str], log: pathlib.Path) -> int:
+    """Start ``argv`` detached (its own session: it outlives us), logging to ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return proc.pid
+
+
+def _wait_http(url: str, pid: int, name: str, log: pathlib.Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as resp:
+                if resp.status == 200:
+                    return
+        except (OSError, urllib.error.URLError):
+            pass
+        try:
+            waited, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            waited, status = 0, 0
+        if waited:
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+            raise StartError(f"{name} exited ({status}); the end of {log}:\n{tail}")
+        if time.monotonic() > deadline:
+            raise StartError(f"{name} did not serve {url} within {timeout:.0f}s; see {log}")
+        time.sleep(0.1)
+
+
+class StartError(RuntimeError):
+    """A component failed to start (the message says why, and where its log is)."""
+
+
+def _etcd_endpoint(started: list[Process]) -> str:
+    return next(p.endpoint for p in started if p.name == "etcd")
+
+
+def _broker_starter(index: int) -> Callable[[Options, list[Process], Say], Process]:
+    suffix, zone = BROKERS[index]
+
+    def start(options: Options, started: list[Process], say: Say) -> Process:
+        port = _port(options.broker_port if index == 0 else 0, suffix, say)
+        http_port = testing.free_port()
+        bdir = options.data / "brokers" / suffix
+        file_root = options.data / "fragments"
+        file_root.mkdir(parents=True, exist_ok=True)
+        (bdir / "spool").mkdir(parents=True, exist_ok=True)  # The broker expects it to exist.
+        argv = [
+            sys.executable, "-m", "gazette.broker",
+            "--broker.zone", zone,
+            "--broker.id", suffix,
+            "--broker.host", "127.0.0.1",
+            "--broker.port", str(port),
+            "--broker.http-port", str(http_port),
+            "--broker.file-root", str(file_root.resolve()),
+            "--broker.spool-dir", str((bdir / "spool").resolve()),
+            "--etcd.address", _etcd_endpoint(started),
+            "--etcd.lease", "10s",
+            "--log.level", "info",
+        ]  # fmt: skip
+        log = bdir / "broker.log"
+        pid = _spawn(argv, log)
+        http = f"http://127.0.0.1:{http_port}"
+        _wait_http(f"{http}/debug/ready", pid, suffix, log, options.timeout)
+        return Process(suffix, pid, argv, f"http://127.0.0.1:{port}", str(log), 1, http)
+
+    return start
+
+
+def _start_gateway(options: Options, started: list[Process], say: Say) -> Process:
+    # The journal HTTP gateway, in front of the first broker. (Brokers serve
+    # /debug/ on their own HTTP ports; this is where `curl` reads and appends.)
+    port = _port(options.gateway_port, "the HTTP gateway", say)
+    broker = next(p for p in started if p.name == BROKERS[0][0])
+    argv = [
+        sys.executable, "-m", "gazette.broker.http_gateway",
+        "--broker.address", broker.endpoint,
+        "--host", "127.0.0.1",
+        "--port", str(port),
+    ]  # fmt: skip
+    log = options.data / "gateway.log"
+    pid = _spawn(argv, log)
+    endpoint = f"http://127.0.0.1:{port}"
+    _wait_http(f"{endpoint}/debug/ready", pid, "gateway", log, options.timeout)
+    return Process("gateway", pid, argv, endpoint, str(log), 2, endpoint)
+
+
+#: The cluster, in start order (``down`` stops by descending stage).
+COMPONENTS: list[Component] = [
+    Component("etcd", _start_etcd),
+    *(Component(suffix, _broker_starter(i)) for i, (suffix, _) in enumerate(BROKERS)),
+    Component("gateway", _start_gateway),
+]
+
+
+# --- Journals ------------------------------------------------------------------
+
+
+async def _apply_journals(broker: str, text: str, within: float) -> list[str]:
+    tree = journalspace.load(text)
+    request = pb.ApplyRequest(changes=journalspace.flatten(tree))
+    names = [c.upsert.name for c in request.changes if c.HasField("upsert")]
+    async with client.JournalClient(client.ClientConfig(address=broker)) as jc:
+        existing = await client.list_journals(jc)
+        revisions = {j.spec.name: j.mod_revision for j in existing.journals}
+        for change in request.changes:
+            if change.HasField("upsert"):
+                # Re-applying over an earlier `up` of the same data dir is fine.
+                change.expect_mod_revision = revisions.get(change.upsert.name, 0)
+        await client.apply_journals(jc, request)
+        # Wait until each journal takes appends (a zero-byte append commits nothing),
+        # so the first thing a newcomer tries doesn't wait on assignment.
+        deadline = time.monotonic() + within
+        for name in names:
+            while True:
+                try:
+                    await asyncio.wait_for(client.append(jc, name, b""), 10)
+                    break
+                except (client.errors.ClientError, TimeoutError):
+                    if time.monotonic() > deadline:
+                        raise StartError(f"journal {name} did not become writable") from None
+                    await asyncio.sleep(0.2)
+    return names
+
+
+def _write_env(options: Options, processes: list[Process]) -> pathlib.Path:
+    by_name = {p.name: p for p in processes}
+    lines = [
+        f"export ETCD_ADDRESS={by_name['etcd'].endpoint}",
+        f"export BROKER_ADDRESS={by_name[BROKERS[0][0]].endpoint}",
+    ]
+    if "gateway" in by_name:
+        lines.append(f"export GATEWAY={by_name['gateway'].endpoint}")
+    path = options.data / "env"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _next_steps(options: Options, processes: list[Process], journals: list[str], say: Say) -> None:
+    by_name = {p.name: p for p in processes}
+    broker = by_name[BROKERS[0][0]].endpoint
+    flag = (
+        "" if broker == f"http://127.0.0.1:{DEFAULT_BROKER_PORT}" else f" --broker.address {broker}"
+    )
+    journal = next(
+        (j for j in journals if j.startswith("examples/logs/")), journals[0] if journals else ""
+    )
+    say("")
+    say(f"applied {len(journals)} journals from {options.journals}. Try:")
+    say(f"  gazctl journals list -l topic=logs{flag}")
+    if journal:
+        say(f"  echo hello | gazctl journals append -l name={journal}{flag}")
+        say(f"  gazctl journals read -l name={journal}{flag}")
+        if "gateway" in by_name:
+            gw = by_name["gateway"].endpoint
+            say(f"  echo 'hello over http' | curl -X PUT --data-binary @- {gw}/{journal}")
+            say(f"  curl '{gw}/{journal}?offset=0'")
+    say(
+        f"(`source {options.data / 'env'}` sets BROKER_ADDRESS for gazctl; `make down` stops it all.)"
+    )
 
 
 # --- State ---------------------------------------------------------------------
@@ -171,9 +379,20 @@ def up(options: Options, say: Say = print) -> list[Process]:
         _state_path(options.data).unlink(missing_ok=True)
         raise
 
+    _write_env(options, started)
     say(f"up (data in {options.data}):")
     _describe(started, say)
-    say("stop it with: make down")
+    if options.journals is not None:
+        broker = next(p.endpoint for p in started if p.name == BROKERS[0][0])
+        try:
+            journals = asyncio.run(
+                _apply_journals(broker, options.journals.read_text(), options.timeout)
+            )
+        except (client.errors.ClientError, journalspace.JournalSpaceError, pb.ValidationError) as e:
+            raise StartError(f"applying {options.journals} failed: {e}") from e
+        _next_steps(options, started, journals, say)
+    else:
+        say("stop it with: make down")
     return started
 
 
@@ -190,27 +409,42 @@ def down(data: pathlib.Path, say: Say = print, timeout: float = 10.0) -> list[Pr
 
 def _stop_all(processes: list[Process], say: Say, timeout: float = 10.0) -> list[Process]:
     stopped = []
-    for process in reversed(processes):
-        if not is_running(process):
-            say(f"{process.name} (pid {process.pid}) is not running")
-            continue
-        _stop(process, timeout)
-        say(f"stopped {process.name} (pid {process.pid})")
-        stopped.append(process)
+    for stage in sorted({p.stage for p in processes}, reverse=True):
+        group = [p for p in processes if p.stage == stage]
+        running = []
+        for process in group:
+            if not is_running(process):
+                say(f"{process.name} (pid {process.pid}) is not running")
+                continue
+            running.append(process)
+        # Signal a stage's processes together, then wait for them all: brokers
+        # exiting one by one would each wait on the others to take their journals.
+        _stop(running, timeout)
+        for process in running:
+            say(f"stopped {process.name} (pid {process.pid})")
+            stopped.append(process)
     return stopped
 
 
-def _stop(process: Process, timeout: float) -> None:
-    try:
-        os.kill(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while is_running(process):
-            if time.monotonic() > deadline:
-                os.kill(process.pid, signal.SIGKILL)
-                deadline = time.monotonic() + timeout
-            time.sleep(0.05)
-    except ProcessLookupError:
-        return
+def _stop(processes: list[Process], timeout: float) -> None:
+    for process in processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    killed = False
+    while True:
+        alive = [p for p in processes if is_running(p)]
+        if not alive:
+            return
+        if time.monotonic() > deadline and not killed:
+            for p in alive:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGKILL)
+            killed = True
+            deadline = time.monotonic() + timeout
+        elif time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
 
 
 def _describe(processes: list[Process], say: Say) -> None:

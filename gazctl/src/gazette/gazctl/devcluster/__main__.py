@@ -20,12 +20,38 @@ def main(argv: list[str] | None = None) -> int:
         default=devcluster.DEFAULT_ETCD_PORT,
         help="etcd client port (default 2379; a free port is used when it's taken; 0: any)",
     )
+    parser.add_argument(
+        "--broker-port",
+        type=int,
+        default=devcluster.DEFAULT_BROKER_PORT,
+        help="first broker's port (default 8080, gazctl's default --broker.address; 0: any)",
+    )
+    parser.add_argument(
+        "--gateway-port",
+        type=int,
+        default=devcluster.DEFAULT_GATEWAY_PORT,
+        help="HTTP gateway port (default 8081; 0: any)",
+    )
+    parser.add_argument(
+        "--journals",
+        type=pathlib.Path,
+        default=devcluster.EXAMPLE_JOURNALS,
+        help="journal YAML hierarchy to apply once up (default examples/journals.yaml)",
+    )
+    parser.add_argument("--no-journals", action="store_true", help="apply no journals")
     args = parser.parse_args(argv)
 
     if args.command == "up":
+        options = devcluster.Options(
+            data=args.data,
+            etcd_port=args.etcd_port,
+            broker_port=args.broker_port,
+            gateway_port=args.gateway_port,
+            journals=None if args.no_journals else args.journals,
+        )
         try:
-            devcluster.up(devcluster.Options(data=args.data, etcd_port=args.etcd_port))
-        except testing.EtcdStartError as e:
+            devcluster.up(options)
+        except (testing.EtcdStartError, devcluster.StartError) as e:
             print(f"up failed: {e}", file=sys.stderr)
             return 1
     elif args.command == "down":
