@@ -145,3 +145,34 @@ async def test_driver_underflows_on_a_stalled_client() -> None:
             await fc.aclose()
     # About one second of fake time, the burst allowance, had to pass.
     assert clock.now - 1000.0 >= 0.9
+
+
+async def test_driver_reads_ahead_while_a_chunk_is_applied() -> None:
+    # The next message is already being received when recv() hands one over,
+    # so the transport's delivery overlaps the append's work on this one.
+    pulled: list[bytes] = []
+    gate = asyncio.Event()
+
+    async def source():
+        for part in (b"ab", b"cd"):
+            pulled.append(part)
+            yield Msg(part)
+        await gate.wait()
+        pulled.append(b"end")
+
+    state = flow_control.FlowState()
+    state.reset(0, LIMITS, 1)
+    fc = flow_control.FlowControl(state, source())
+    assert (await fc.recv()).content == b"ab"
+    await asyncio.sleep(0)  # Let the read-ahead run while "ab" would be applied.
+    assert pulled == [b"ab", b"cd"]
+    assert (await fc.recv()).content == b"cd"
+    await asyncio.sleep(0)
+    assert pulled == [b"ab", b"cd"]  # The read of EOF is pending on the source.
+
+    # A driver that stops here (an error) cancels the read in flight.
+    await fc.aclose()
+    gate.set()
+    await asyncio.sleep(0)
+    assert pulled == [b"ab", b"cd"]
+    assert state.total_chunks == 2

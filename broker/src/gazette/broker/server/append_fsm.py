@@ -68,6 +68,16 @@ class State(enum.IntEnum):
 
 TERMINAL = frozenset({State.ERROR, State.PROXY, State.FINISHED})
 
+# Suspend modes of an append that may not carry content (looked up once: enum
+# attributes of generated protobuf classes resolve through Python code).
+_SUSPEND_WITHOUT_CONTENT = frozenset(
+    {
+        pb2.AppendRequest.SUSPEND_IF_FLUSHED,
+        pb2.AppendRequest.SUSPEND_NOW,
+        pb2.AppendRequest.SUSPEND_KEEP,
+    }
+)
+
 
 class Spool(Protocol):
     """What the FSM reads of a replica spool (``gazette.broker.fragment`` Spool)."""
@@ -584,6 +594,7 @@ class AppendFSM:
             )
             self.client_summer = hashlib.sha1()
 
+        content = b""
         if req is not None and err is None:
             try:
                 pb.validate(req)
@@ -592,28 +603,28 @@ class AppendFSM:
             else:
                 if req.journal:
                     err = errors.ExpectedContentChunk()
+                content = req.content  # Once: each access of a bytes field copies it.
 
-        A = pb2.AppendRequest
         if eof and not self.client_commit:
             eof, err = False, errors.UnexpectedEOF()
         elif req is not None and err is None and self.client_commit:
             err = errors.ExpectedEOF()
-        elif req is not None and err is None and len(req.content) == 0:
+        elif req is not None and err is None and len(content) == 0:
             self.client_commit = True  # EOF must follow, then we commit.
             return
-        elif (req is not None and err is None and not pb.journal_may_write(spec)) or (
+        elif (
             req is not None
             and err is None
-            and self.req.suspend in (A.SUSPEND_IF_FLUSHED, A.SUSPEND_NOW, A.SUSPEND_KEEP)
+            and (not pb.journal_may_write(spec) or self.req.suspend in _SUSPEND_WITHOUT_CONTENT)
         ):
             res.status = Status.NOT_ALLOWED
         elif req is not None and err is None:
             frag = self.client_fragment
             await pln.scatter(
-                pb2.ReplicateRequest(content=req.content, content_delta=frag.end - frag.begin)
+                pb2.ReplicateRequest(content=content, content_delta=frag.end - frag.begin)
             )
-            self.client_summer.update(req.content)
-            frag.end += len(req.content)
+            self.client_summer.update(content)
+            frag.end += len(content)
             if pln.send_err() is None:
                 return
 

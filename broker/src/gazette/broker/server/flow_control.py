@@ -22,7 +22,7 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from gazette.broker.server import errors
 
@@ -176,18 +176,20 @@ class FlowControl(Generic[M]):
         while True:
             self._tick_if_due()
             if msg is None:
-                if self._pending is None:
-                    self._pending = asyncio.ensure_future(self._next_message())
-                if not self._pending.done():
-                    timeout = max(self._next_tick - self._clock(), 0.001)
-                    await asyncio.wait((self._pending,), timeout=timeout)
-                    if not self._pending.done():
+                pending = self._pending
+                if pending is None:
+                    pending = self._pending = asyncio.ensure_future(self._next_message())
+                if not pending.done():
+                    await _wait_until(pending, max(self._next_tick - self._clock(), 0.001))
+                    if not pending.done():
                         continue
-                task, self._pending = self._pending, None
+                self._pending = None
                 try:
-                    msg = task.result()
+                    msg = pending.result()
                 except StopAsyncIteration:
                     return None
+                # Read ahead: the next message is received while this one is applied.
+                self._pending = asyncio.ensure_future(self._next_message())
                 state.on_chunk(len(msg.content))
             if state.charge == 0:
                 return msg
@@ -204,3 +206,25 @@ class FlowControl(Generic[M]):
             except Exception:  # noqa: BLE001  # the stream's own failure is reported elsewhere
                 pass
         self._pending = None
+
+
+async def _wait_until(fut: asyncio.Future[Any], delay: float) -> None:
+    """Wait for ``fut`` to be done, at most ``delay`` seconds, without consuming it.
+
+    ``asyncio.wait`` does the same with sets and a callback per call: this runs
+    once per chunk.
+    """
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    timer = loop.call_later(delay, wake)
+    fut.add_done_callback(wake)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        fut.remove_done_callback(wake)
