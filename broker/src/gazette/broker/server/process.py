@@ -2,14 +2,17 @@
 
 Life of a broker:
 
-1. Bind the gRPC port (so that a port of 0 is known before announcing).
+1. Create ``--broker.spool-dir`` if missing (exiting at once if that fails),
+   and bind the gRPC port (so that a port of 0 is known before announcing).
 2. Grant an etcd lease and announce ``<root>/members/<zone>#<suffix>`` with its
    BrokerSpec (endpoint, journal limit); load the KeySpace at the
    announcement's revision and watch it; run the allocator
    (:class:`gazette.allocator.Session`).
 3. Serve: local replicas (:class:`~gazette.broker.server.service.Service`),
-   the persister, store health checks, the gRPC service and the diagnostics
-   HTTP server (``/debug/ready``, ``/debug/metrics``).
+   the persister, store health checks, the gRPC service and, on the HTTP
+   port, the journal HTTP gateway (:mod:`gazette.broker.http_gateway`:
+   ``GET``/``HEAD``/``PUT /<journal>``, proxied to our own gRPC endpoint) with
+   the diagnostics ``/debug/ready`` and ``/debug/metrics``.
 4. On SIGTERM or SIGINT: mark the member exiting; the allocator moves every
    journal away; when none is left the session revokes the lease. Then local
    replicas stop (rolling their spools), the gRPC server stops gracefully,
@@ -23,6 +26,7 @@ import contextlib
 import ipaddress
 import json
 import logging
+import os
 import signal
 import socket
 import sys
@@ -31,10 +35,11 @@ import time
 import grpc
 
 from gazette import allocator, keyspace
+from gazette.broker import http_gateway
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import persister, spool, stores
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
-from gazette.broker.server import api, config, debug_http, flow_control, service
+from gazette.broker.server import api, config, flow_control, service
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +97,27 @@ def broker_spec(cfg: config.BrokerConfig, endpoint: str, *, exiting: bool = Fals
     return spec
 
 
+def ensure_spool_dir(directory: str) -> None:
+    """Create ``--broker.spool-dir`` (and its parents) unless it exists.
+
+    Raises SystemExit with a one-line reason when it can't be created or
+    written: spooling would otherwise fail on every append.
+    """
+    if not directory:
+        return  # The system temporary directory.
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as e:
+        raise SystemExit(
+            f"--broker.spool-dir {directory}: cannot create it: {e.strerror or e}"
+        ) from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise SystemExit(f"--broker.spool-dir {directory}: not writable")
+
+
 async def serve(cfg: config.Config, *, stop: asyncio.Event | None = None) -> None:
     """Run a broker until ``stop`` is set (or SIGTERM / SIGINT), then exit gracefully."""
+    ensure_spool_dir(cfg.broker.spool_dir)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -141,7 +165,9 @@ async def serve(cfg: config.Config, *, stop: asyncio.Event | None = None) -> Non
         )
     )
     ready = False
-    debug = debug_http.DebugServer(lambda: ready)
+    # The HTTP port serves the journal gateway (its RPCs go to our own gRPC
+    # endpoint, so they route and proxy like any client's) and /debug/.
+    debug = http_gateway.Server(lambda: ready, grpc_endpoint=endpoint)
 
     try:
         async with registry, asyncio.TaskGroup() as tg:
@@ -186,7 +212,7 @@ async def serve(cfg: config.Config, *, stop: asyncio.Event | None = None) -> Non
                 http_port = await debug.start(
                     _bind_host(host).strip("[]") or "0.0.0.0", bcfg.http_port
                 )
-                log.info("serving diagnostics on port %d", http_port)
+                log.info("serving the HTTP gateway and diagnostics on port %d", http_port)
             ready = True
             log.warning(
                 "broker %s#%s serving %s (etcd %s, root %s)",
