@@ -64,3 +64,30 @@ def test_help_names_every_flag_and_variable() -> None:
         "BROKER_MIN_APPEND_RATE",
     ):
         assert flag in out
+
+
+def test_help_states_each_default_once() -> None:
+    parser = config.build_parser(env={})
+    helps = {a.dest: a.help or "" for a in parser._actions if a.dest != "help"}
+    for dest, text in helps.items():
+        assert text.count("(default:") == 1, (dest, text)
+    assert helps["broker.id"] == (
+        "Unique suffix of this broker within its zone (default: a random petname) [$BROKER_ID]"
+    )
+    assert helps["broker.zone"].endswith("[$BROKER_ZONE] (default: local)")
+    assert helps["broker.watch_delay_s"].endswith("(default: 30ms)")
+    assert helps["etcd.lease_s"].endswith("(default: 20s)")
+    assert helps["broker.auto_suspend"].endswith("(default: false)")
+    # The rendered help has no trace of argparse's own default suffix either.
+    out = " ".join(parser.format_help().split())
+    assert "(default: )" not in out
+    assert out.count("(default:") == len(helps)
+
+
+def test_help_shows_a_default_set_by_the_environment() -> None:
+    parser = config.build_parser(env={"BROKER_ID": "bob", "BROKER_ZONE": "local"})
+    helps = {a.dest: a.help or "" for a in parser._actions}
+    assert helps["broker.id"] == (
+        "Unique suffix of this broker within its zone [$BROKER_ID] (default: bob, from $BROKER_ID)"
+    )
+    assert helps["broker.zone"].endswith("(default: local, from $BROKER_ZONE)")

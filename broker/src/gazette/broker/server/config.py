@@ -8,8 +8,9 @@ result is a tree of frozen dataclasses, one per subsystem::
     cfg.broker.zone, cfg.etcd.prefix
 
 Differences to Gazette: gRPC and HTTP/1 can't share a port with grpcio, so the
-diagnostics (``/debug/ready``, ``/debug/metrics``) are served on
-``--broker.http-port`` (``--debug.port`` is accepted as its Gazette alias).
+journal HTTP gateway and the diagnostics (``/debug/ready``, ``/debug/metrics``)
+are served on ``--broker.http-port`` (``--debug.port`` is accepted as its
+Gazette alias). ``--help`` states each flag's default once.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import dataclasses
 import os
 import random
+import re
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -191,7 +193,8 @@ _FLAGS: tuple[tuple[str, str, str, Callable[[str], Any], object, str], ...] = (
         "broker.http_port",
         _port,
         0,
-        "Port of /debug/ready and /debug/metrics (0: any free port, -1: off). Alias: --debug.port",
+        "Port of the journal HTTP gateway, /debug/ready and /debug/metrics "
+        "(0: any free port, -1: off). Alias: --debug.port",
     ),
     (
         "--broker.limit",
@@ -207,7 +210,7 @@ _FLAGS: tuple[tuple[str, str, str, Callable[[str], Any], object, str], ...] = (
         "broker.file_root",
         str,
         "",
-        "Local directory under which file:// stores live",
+        "Local directory under which file:// stores live (default: none)",
     ),
     (
         "--broker.file-only",
@@ -223,7 +226,7 @@ _FLAGS: tuple[tuple[str, str, str, Callable[[str], Any], object, str], ...] = (
         "broker.spool_dir",
         str,
         "",
-        "Directory of spool files (default: the system temporary directory)",
+        "Directory of spool files, created if missing (default: the system temporary directory)",
     ),
     (
         "--broker.max-append-rate",
@@ -309,6 +312,32 @@ _FLAGS: tuple[tuple[str, str, str, Callable[[str], Any], object, str], ...] = (
 )
 
 
+_STATED_DEFAULT = re.compile(r" ?\(default: [^)]*\)")
+
+
+def _show(value: object, typ: Callable[[str], Any]) -> str:
+    """A default as one would type it on the command line."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if typ is _duration_s and isinstance(value, float):
+        return f"{value * 1000:g}ms" if value < 1 else f"{value:g}s"
+    return str(value)
+
+
+def _help(
+    text: str, var: str, default: object, typ: Callable[[str], Any], env: Mapping[str, str]
+) -> str:
+    """A flag's help: its text, its variable and its default, said once."""
+    if var in env:  # The variable sets the default.
+        value = typ(env[var])
+        return (
+            f"{_STATED_DEFAULT.sub('', text)} [${var}] (default: {_show(value, typ)}, from ${var})"
+        )
+    if _STATED_DEFAULT.search(text):  # The text says what the default means.
+        return f"{text} [${var}]"
+    return f"{text} [${var}] (default: {_show(default, typ)})"
+
+
 def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     env = os.environ if env is None else env
     parser = argparse.ArgumentParser(
@@ -319,7 +348,6 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
             "on --broker.http-port. Every flag may also be given by the environment "
             "variable shown."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     groups: dict[str, argparse._ArgumentGroup] = {}
     for flag, var, dest, typ, default, text in _FLAGS:
@@ -337,7 +365,7 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
             type=typ,
             default=value,
             metavar=var,
-            help=f"{text} [${var}]",
+            help=_help(text, var, default, typ, env),
         )
     return parser
 
