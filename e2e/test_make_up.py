@@ -93,7 +93,7 @@ def test_newcomer_sequence(data: pathlib.Path) -> None:
     out = make("up", data)
     assert "gazctl journals list -l topic=logs" in out
     processes = devcluster.read_state(data)
-    assert [p.name for p in processes] == ["etcd", "broker-0", "broker-1", "broker-2", "gateway"]
+    assert [p.name for p in processes] == ["etcd", "broker-0", "broker-1", "broker-2"]
     assert all(devcluster.is_running(p) for p in processes)
     env = env_of(data)
 
@@ -106,8 +106,10 @@ def test_newcomer_sequence(data: pathlib.Path) -> None:
     gazctl(env, "journals", "append", "-l", f"name={journal}", stdin="hello\n")
     assert gazctl(env, "journals", "read", "-l", f"name={journal}") == "hello\n"
 
-    # The HTTP gateway: PUT appends atomically, GET reads it all back.
+    # The HTTP gateway, on broker-0's HTTP port: PUT appends atomically, GET reads it all back.
     gateway = env["GATEWAY"]
+    assert gateway == processes[1].http
+    assert f"curl -X PUT --data-binary @- {gateway}/" in out
     curl("-X", "PUT", "--data-binary", "hello over http\n", f"{gateway}/{journal}")
     assert curl(f"{gateway}/{journal}?offset=0") == b"hello\nhello over http\n"
     assert gazctl(env, "journals", "read", "-l", f"name={journal}", "--offset", "6") == (

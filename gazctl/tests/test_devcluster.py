@@ -1,4 +1,5 @@
-"""`make up` / `make down`: detached etcd, brokers and gateway that `down` stops, and only them."""
+"""`make up` / `make down`: detached etcd and brokers (each serving the HTTP gateway) that `down`
+stops, and only them."""
 
 from __future__ import annotations
 
@@ -50,12 +51,19 @@ def healthy(endpoint: str) -> bool:
 def test_up_then_down_leaves_nothing_behind(data: pathlib.Path) -> None:
     out = run("up", "--data", str(data), "--etcd-port", "0")
     processes = devcluster.read_state(data)
-    assert [p.name for p in processes] == ["etcd", "broker-0", "broker-1", "broker-2", "gateway"]
+    assert [p.name for p in processes] == ["etcd", "broker-0", "broker-1", "broker-2"]
     etcd = processes[0]
     assert f"pid {etcd.pid}" in out and etcd.endpoint in out and "make down" in out
     assert devcluster.is_running(etcd)
     assert healthy(etcd.endpoint)
     assert (data / "etcd" / "data").is_dir()
+    # Each broker made its own spool directory, and serves the gateway on its HTTP port;
+    # GATEWAY points at the first broker's.
+    for broker in processes[1:]:
+        assert (data / "brokers" / broker.name / "spool").is_dir()
+        with urllib.request.urlopen(f"{broker.http}/debug/ready", timeout=5) as resp:
+            assert resp.read() == b"ready\n"
+    assert f"export GATEWAY={processes[1].http}\n" in (data / "env").read_text()
 
     # Up again: idempotent, the same process.
     again = run("up", "--data", str(data), "--etcd-port", "0")

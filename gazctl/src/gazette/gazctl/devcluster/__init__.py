@@ -10,12 +10,14 @@ them; both are idempotent.
 The cluster: one etcd on Gazette's default address, ``http://localhost:2379``;
 three brokers in two zones (``zone-a``, ``zone-b``), the first on Gazette's
 default broker address ``http://localhost:8080``, sharing a ``file://`` fragment
-store under ``<data>/fragments``; and the journal HTTP gateway (``curl``'s way
-in) on ``http://localhost:8081``. A port that is taken is replaced by a free
-one, and said so. Once every process serves, ``up`` applies
+store under ``<data>/fragments``. Each broker serves the journal HTTP gateway
+(``curl``'s way in) and ``/debug/`` on its HTTP port, the first on
+``http://localhost:8081``. A port that is taken is replaced by a free one, and
+said so. Once every process serves, ``up`` applies
 ``examples/journals.yaml`` (journals labelled ``topic=logs`` and others), waits
 until they take appends, and prints what to try next. ``<data>/env`` holds
-``BROKER_ADDRESS`` etc. for a shell to source. Consumers join as further
+``BROKER_ADDRESS`` and ``GATEWAY`` (the first broker's HTTP port) for a
+shell to source. Consumers join as further
 entries of :data:`COMPONENTS`.
 
 Usage::
@@ -75,7 +77,8 @@ Say = Callable[[str], None]
 class Options:
     """What ``up`` was asked for. A port of 0 means any free port.
 
-    ``broker_port`` is the first broker's gRPC port (the others take free ports);
+    ``broker_port`` is the first broker's gRPC port and ``gateway_port`` its HTTP
+    port, where it serves the journal HTTP gateway (the others take free ports);
     ``journals`` is the YAML hierarchy applied once the brokers serve (None: none).
     """
 
@@ -195,11 +198,10 @@ def _broker_starter(index: int) -> Callable[[Options, list[Process], Say], Proce
 
     def start(options: Options, started: list[Process], say: Say) -> Process:
         port = _port(options.broker_port if index == 0 else 0, suffix, say)
-        http_port = testing.free_port()
+        http_port = _port(options.gateway_port if index == 0 else 0, f"{suffix}'s HTTP port", say)
         bdir = options.data / "brokers" / suffix
         file_root = options.data / "fragments"
         file_root.mkdir(parents=True, exist_ok=True)
-        (bdir / "spool").mkdir(parents=True, exist_ok=True)  # The broker expects it to exist.
         argv = [
             sys.executable, "-m", "gazette.broker",
             "--broker.zone", zone,
@@ -222,29 +224,10 @@ def _broker_starter(index: int) -> Callable[[Options, list[Process], Say], Proce
     return start
 
 
-def _start_gateway(options: Options, started: list[Process], say: Say) -> Process:
-    # The journal HTTP gateway, in front of the first broker. (Brokers serve
-    # /debug/ on their own HTTP ports; this is where `curl` reads and appends.)
-    port = _port(options.gateway_port, "the HTTP gateway", say)
-    broker = next(p for p in started if p.name == BROKERS[0][0])
-    argv = [
-        sys.executable, "-m", "gazette.broker.http_gateway",
-        "--broker.address", broker.endpoint,
-        "--host", "127.0.0.1",
-        "--port", str(port),
-    ]  # fmt: skip
-    log = options.data / "gateway.log"
-    pid = _spawn(argv, log)
-    endpoint = f"http://127.0.0.1:{port}"
-    _wait_http(f"{endpoint}/debug/ready", pid, "gateway", log, options.timeout)
-    return Process("gateway", pid, argv, endpoint, str(log), 2, endpoint)
-
-
 #: The cluster, in start order (``down`` stops by descending stage).
 COMPONENTS: list[Component] = [
     Component("etcd", _start_etcd),
     *(Component(suffix, _broker_starter(i)) for i, (suffix, _) in enumerate(BROKERS)),
-    Component("gateway", _start_gateway),
 ]
 
 
@@ -280,12 +263,13 @@ async def _apply_journals(broker: str, text: str, within: float) -> list[str]:
 
 def _write_env(options: Options, processes: list[Process]) -> pathlib.Path:
     by_name = {p.name: p for p in processes}
+    broker = by_name[BROKERS[0][0]]
     lines = [
         f"export ETCD_ADDRESS={by_name['etcd'].endpoint}",
-        f"export BROKER_ADDRESS={by_name[BROKERS[0][0]].endpoint}",
+        f"export BROKER_ADDRESS={broker.endpoint}",
+        # The journal HTTP gateway, on the first broker's HTTP port.
+        f"export GATEWAY={broker.http}",
     ]
-    if "gateway" in by_name:
-        lines.append(f"export GATEWAY={by_name['gateway'].endpoint}")
     path = options.data / "env"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -306,12 +290,12 @@ def _next_steps(options: Options, processes: list[Process], journals: list[str],
     if journal:
         say(f"  echo hello | gazctl journals append -l name={journal}{flag}")
         say(f"  gazctl journals read -l name={journal}{flag}")
-        if "gateway" in by_name:
-            gw = by_name["gateway"].endpoint
-            say(f"  echo 'hello over http' | curl -X PUT --data-binary @- {gw}/{journal}")
-            say(f"  curl '{gw}/{journal}?offset=0'")
+        gw = by_name[BROKERS[0][0]].http  # Every broker's HTTP port serves the gateway.
+        say(f"  echo 'hello over http' | curl -X PUT --data-binary @- {gw}/{journal}")
+        say(f"  curl '{gw}/{journal}?offset=0'")
     say(
-        f"(`source {options.data / 'env'}` sets BROKER_ADDRESS for gazctl; `make down` stops it all.)"
+        f"(`source {options.data / 'env'}` sets BROKER_ADDRESS for gazctl and GATEWAY for curl; "
+        "`make down` stops it all.)"
     )
 
 

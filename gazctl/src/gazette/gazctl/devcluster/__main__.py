@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         "--gateway-port",
         type=int,
         default=devcluster.DEFAULT_GATEWAY_PORT,
-        help="HTTP gateway port (default 8081; 0: any)",
+        help="first broker's HTTP port, serving the journal HTTP gateway (default 8081; 0: any)",
     )
     parser.add_argument(
         "--journals",
