@@ -32,26 +32,73 @@ Usage::
         resp, local_file = await index.query(pb.ReadRequest(journal="a/journal", offset=0))
 """
 
-from gazette.broker.fragment import errors, stores
+# The submodules that reach the stores (and so boto3, ~1 s to import) load on
+# first use of one of their names, so that importing a light submodule (say
+# ``fragment.codecs``) doesn't pay for S3.
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from gazette.broker.fragment import errors
 from gazette.broker.fragment.cover_set import CoverSet, Fragment, difference
 from gazette.broker.fragment.files import BytesReaderAt, ReaderAt, SpoolFile
-from gazette.broker.fragment.index import (
-    OFFSET_JUMP_AGE_THRESHOLD,
-    READ_URL_TTL,
-    Index,
-    walk_all_stores,
-)
-from gazette.broker.fragment.persister import Persister, PersisterConfig, persist
-from gazette.broker.fragment.reader import read_fragment
-from gazette.broker.fragment.spool import (
-    Spool,
-    SpoolConfig,
-    SpoolObserver,
-    fragments_equal,
-    label_sets_equal,
-    maybe_roll,
-)
-from gazette.broker.fragment.stores import StoreRegistry, StoresConfig
+
+if TYPE_CHECKING:
+    from gazette.broker.fragment import stores
+    from gazette.broker.fragment.index import (
+        OFFSET_JUMP_AGE_THRESHOLD,
+        READ_URL_TTL,
+        Index,
+        walk_all_stores,
+    )
+    from gazette.broker.fragment.persister import Persister, PersisterConfig, persist
+    from gazette.broker.fragment.reader import read_fragment
+    from gazette.broker.fragment.spool import (
+        Spool,
+        SpoolConfig,
+        SpoolObserver,
+        fragments_equal,
+        label_sets_equal,
+        maybe_roll,
+    )
+    from gazette.broker.fragment.stores import StoreRegistry, StoresConfig
+
+# Lazily loaded name -> (submodule, attribute; None for the submodule itself).
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "stores": ("stores", None),
+    "OFFSET_JUMP_AGE_THRESHOLD": ("index", "OFFSET_JUMP_AGE_THRESHOLD"),
+    "READ_URL_TTL": ("index", "READ_URL_TTL"),
+    "Index": ("index", "Index"),
+    "walk_all_stores": ("index", "walk_all_stores"),
+    "Persister": ("persister", "Persister"),
+    "PersisterConfig": ("persister", "PersisterConfig"),
+    "persist": ("persister", "persist"),
+    "read_fragment": ("reader", "read_fragment"),
+    "Spool": ("spool", "Spool"),
+    "SpoolConfig": ("spool", "SpoolConfig"),
+    "SpoolObserver": ("spool", "SpoolObserver"),
+    "fragments_equal": ("spool", "fragments_equal"),
+    "label_sets_equal": ("spool", "label_sets_equal"),
+    "maybe_roll": ("spool", "maybe_roll"),
+    "StoreRegistry": ("stores", "StoreRegistry"),
+    "StoresConfig": ("stores", "StoresConfig"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value: Any = importlib.import_module(f"{__name__}.{module}")
+    if attr is not None:
+        value = getattr(value, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "OFFSET_JUMP_AGE_THRESHOLD",
