@@ -49,4 +49,4 @@ def test_every_public_name_resolves() -> None:
 
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no_such_name"):
-        _ = fragment.no_such_name  # type: ignore[attr-defined]
+        _ = fragment.no_such_name
