@@ -462,3 +462,40 @@ async def test_register_update_needs_content() -> None:
     await fsm.on_stream_content(None, None)
     await step_expect(fsm, State.ERROR)
     assert "register modification requires non-empty Append" in str(fsm.err)
+
+
+async def test_stream_coalesces_content_chunks() -> None:
+    deps = FakeDeps()
+    fsm = fsm_for(deps)
+    await to_stream_content(fsm)
+    fsm.replicate_content_bytes = 8
+    sent_before = len(deps.pln.sent)
+    for chunk in (b"abc", b"def", b"gh", b"ijklmnopqrs", b"tu"):
+        await fsm.on_stream_content(pb2.AppendRequest(content=chunk), None)
+    # "abc"+"def" wait; "gh" fills the 8 bytes; the long chunk goes alone; "tu" waits.
+    content = [(r.content, r.content_delta) for r in deps.pln.sent[sent_before:] if r.content]
+    assert content == [(b"abcdefgh", 0), (b"ijklmnopqrs", 8)]
+    await fsm.on_stream_content(pb2.AppendRequest(), None)  # The commit marker flushes.
+    content = [(r.content, r.content_delta) for r in deps.pln.sent[sent_before:] if r.content]
+    assert content[-1] == (b"tu", 19)
+    await fsm.on_stream_content(None, None)
+    commit = deps.pln.sent[-1]
+    assert commit.acknowledge and commit.proposal.end == 21
+    frag = fsm.client_fragment
+    assert frag is not None and (frag.begin, frag.end) == (0, 21)
+    digest = hashlib.sha1(b"abcdefghijklmnopqrstu").digest()
+    assert frag.sum == pb.sha1sum_from_digest(digest)
+    await step_expect(fsm, State.FINISHED)
+
+
+async def test_stream_error_drops_pending_content() -> None:
+    deps = FakeDeps()
+    fsm = fsm_for(deps)
+    await to_stream_content(fsm)
+    sent_before = len(deps.pln.sent)
+    await fsm.on_stream_content(pb2.AppendRequest(content=b"foo"), None)
+    await fsm.on_stream_content(None, None)  # EOF without a commit marker.
+    assert not any(r.content for r in deps.pln.sent[sent_before:])
+    rollback = deps.pln.sent[-1]
+    assert rollback.proposal.end == 0 and rollback.acknowledge
+    await step_expect(fsm, State.ERROR)

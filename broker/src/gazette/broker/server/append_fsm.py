@@ -39,6 +39,11 @@ log = logging.getLogger(__name__)
 Status = pb2.Status
 STORE_HEALTH_CHECK_RETRIES = 5  # Awaits up to 6 health-check completions, as Gazette.
 DEFAULT_FLUSH_INTERVAL_S = 24 * 3600
+# Client content chunks are coalesced into Replicate content messages of about this
+# many bytes: gRPC's cost is mostly per message, so fewer, larger ones replicate
+# faster. Kept well below the 4 MiB default message limit of brokers (ours and
+# Gazette's), and a client chunk larger than this is forwarded alone.
+REPLICATE_CONTENT_BYTES = 512 * 1024
 
 T = TypeVar("T")
 
@@ -190,6 +195,11 @@ class AppendFSM:
         self.client_commit = False
         self.client_fragment: pb2.Fragment | None = None
         self.client_summer: Any = None
+        # Client content read but not yet scattered (see REPLICATE_CONTENT_BYTES):
+        # it begins at ``client_fragment.end - pending_size``.
+        self.pending: list[bytes] = []
+        self.pending_size = 0
+        self.replicate_content_bytes = REPLICATE_CONTENT_BYTES
         self.err: BaseException | None = None
         # Set by the driver once its client went away (or a pulse timed out): waits
         # before content streaming end in ERROR. Content and acknowledgements are
@@ -611,7 +621,9 @@ class AppendFSM:
             err = errors.ExpectedEOF()
         elif req is not None and err is None and len(content) == 0:
             self.client_commit = True  # EOF must follow, then we commit.
-            return
+            await self._flush_content(pln)
+            if pln.send_err() is None:
+                return
         elif (
             req is not None
             and err is None
@@ -619,16 +631,22 @@ class AppendFSM:
         ):
             res.status = Status.NOT_ALLOWED
         elif req is not None and err is None:
-            frag = self.client_fragment
-            await pln.scatter(
-                pb2.ReplicateRequest(content=content, content_delta=frag.end - frag.begin)
-            )
+            n = len(content)
+            if self.pending_size and self.pending_size + n > self.replicate_content_bytes:
+                await self._flush_content(pln)
+            self.pending.append(content)
+            self.pending_size += n
             self.client_summer.update(content)
-            frag.end += len(content)
+            self.client_fragment.end += n
+            if self.pending_size >= self.replicate_content_bytes:
+                await self._flush_content(pln)
             if pln.send_err() is None:
                 return
 
-        # Errored, or at the end of input.
+        # Errored, or at the end of input. Content still pending is dropped: only a
+        # commit (whose marker flushed it) replicates it.
+        self.pending.clear()
+        self.pending_size = 0
         frag = self.client_fragment
         frag.sum.CopyFrom(pb.sha1sum_from_digest(self.client_summer.digest()))
         if (
@@ -655,6 +673,21 @@ class AppendFSM:
             pb2.ReplicateRequest(proposal=proposal, registers=self.registers, acknowledge=True)
         )
         self.state = State.READ_ACKNOWLEDGEMENTS
+
+    async def _flush_content(self, pln: Pipeline) -> None:
+        """Scatter pending client content as one Replicate content message."""
+        if not self.pending_size:
+            return
+        frag = self.client_fragment
+        assert frag is not None
+        size = self.pending_size
+        pending = self.pending
+        content = pending[0] if len(pending) == 1 else b"".join(pending)
+        self.pending = []
+        self.pending_size = 0
+        await pln.scatter(
+            pb2.ReplicateRequest(content=content, content_delta=frag.end - size - frag.begin)
+        )
 
     async def _on_read_acknowledgements(self) -> None:
         self.must_state(State.READ_ACKNOWLEDGEMENTS)
