@@ -1,4 +1,4 @@
-"""The newcomer's first five minutes, automated: `make up`, gazctl, curl, `make down`.
+"""The newcomer's first five minutes, automated: `make up`, gazctl, curl, `make down`, again.
 
 Runs the Makefile as a user would, with a temporary data directory and free
 ports, so it never collides with a developer's own `make up` cluster.
@@ -123,3 +123,15 @@ def test_newcomer_sequence(data: pathlib.Path) -> None:
         assert f"stopped {p.name} (pid {p.pid})" in out
         assert not devcluster.is_running(p)
     assert devcluster.read_state(data) == []
+
+    # `make up` over the same data again: the journals, and their persisted
+    # content, are still there, and take appends (up resets their write heads).
+    out = make("up", data)
+    assert f"{journal}: its fragments outlived the last `down`" in out
+    gateway = env_of(data)["GATEWAY"]
+    assert curl(f"{gateway}/{journal}?offset=0") == b"hello\nhello over http\n"
+    curl("-X", "PUT", "--data-binary", "after restart\n", f"{gateway}/{journal}")
+    assert curl(f"{gateway}/{journal}?offset=0") == b"hello\nhello over http\nafter restart\n"
+    processes = devcluster.read_state(data)
+    make("down", data)
+    assert not any(devcluster.is_running(p) for p in processes)

@@ -21,7 +21,7 @@ from gazette.gazctl import devcluster
 pytestmark = pytest.mark.integration
 
 
-def run(*args: str) -> str:
+def run(*args: str, cwd: pathlib.Path | None = None) -> str:
     if args[0] == "up":  # Never the developer's own ports.
         args = (*args, "--broker-port", "0", "--gateway-port", "0", "--no-journals")
     out = subprocess.run(
@@ -30,6 +30,7 @@ def run(*args: str) -> str:
         text=True,
         timeout=180,
         check=True,
+        cwd=cwd,
     )
     return out.stdout
 
@@ -38,9 +39,10 @@ def run(*args: str) -> str:
 def data(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
     """A data dir; whatever `up` recorded there is killed at the end, whatever the outcome."""
     yield tmp_path
-    for process in devcluster.read_state(tmp_path):
-        if devcluster.is_running(process):
-            os.kill(process.pid, signal.SIGKILL)
+    for where in (tmp_path, tmp_path / "rel"):
+        for process in devcluster.read_state(where):
+            if devcluster.is_running(process):
+                os.kill(process.pid, signal.SIGKILL)
 
 
 def healthy(endpoint: str) -> bool:
@@ -85,13 +87,15 @@ def test_up_says_when_the_port_is_taken(data: pathlib.Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        out = run("up", "--data", str(data), "--etcd-port", str(port))
+        # A relative data directory (as `make up`'s default .local) works the same.
+        out = run("up", "--data", "rel", "--etcd-port", str(port), cwd=data)
     assert f"port {port} is already in use" in out
-    processes = devcluster.read_state(data)
+    processes = devcluster.read_state(data / "rel")
     etcd = processes[0]
     assert not etcd.endpoint.endswith(f":{port}")
     assert healthy(etcd.endpoint)
-    run("down", "--data", str(data))
+    assert (data / "rel" / "etcd" / "data").is_dir()
+    run("down", "--data", "rel", cwd=data)
     assert not any(devcluster.is_running(p) for p in processes)
 
 

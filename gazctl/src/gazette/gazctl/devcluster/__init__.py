@@ -131,7 +131,8 @@ def _start_etcd(options: Options, started: list[Process], say: Say) -> Process:
     if peer and not testing.port_is_free(peer):
         peer = 0
     server = testing.EtcdServer(
-        work_dir=options.data / "etcd",
+        # Absolute: etcd runs in this directory, so a relative --data-dir would nest.
+        work_dir=(options.data / "etcd").resolve(),
         client_port=port,
         peer_port=peer,
         name="devcluster",
@@ -234,7 +235,31 @@ COMPONENTS: list[Component] = [
 # --- Journals ------------------------------------------------------------------
 
 
-async def _apply_journals(broker: str, text: str, within: float) -> list[str]:
+async def _reset_head(jc: client.JournalClient, journal: str) -> int:
+    """Move a journal's write head to the end of its fragment index (``gazctl journals reset-head``).
+
+    After ``down`` every broker has exited with its fragments persisted, so a
+    later ``up`` finds journals whose stores end beyond the fresh brokers'
+    offset 0, and the brokers refuse appends (INDEX_HAS_GREATER_OFFSET) until
+    their head is reset.
+    """
+    reader = client.Reader(jc, pb.ReadRequest(journal=journal, offset=-1, metadata_only=True))
+    try:
+        await reader.read()
+        head = reader.request.offset
+    except client.errors.OffsetJump as jump:
+        head = jump.to_offset
+    except client.errors.OffsetNotYetAvailable:
+        head = reader.response.offset
+    finally:
+        await reader.close()
+    request = pb.AppendRequest(journal=journal, offset=head, suspend=pb.AppendRequest.SUSPEND_KEEP)
+    with contextlib.suppress(client.errors.WrongAppendOffset):  # Raced an append: fine.
+        await client.append(jc, request, b"")
+    return head
+
+
+async def _apply_journals(broker: str, text: str, within: float, say: Say) -> list[str]:
     tree = journalspace.load(text)
     request = pb.ApplyRequest(changes=journalspace.flatten(tree))
     names = [c.upsert.name for c in request.changes if c.HasField("upsert")]
@@ -254,6 +279,11 @@ async def _apply_journals(broker: str, text: str, within: float) -> list[str]:
                 try:
                     await asyncio.wait_for(client.append(jc, name, b""), 10)
                     break
+                except client.errors.IndexHasGreaterOffset:
+                    head = await asyncio.wait_for(_reset_head(jc, name), 10)
+                    say(
+                        f"{name}: its fragments outlived the last `down`; write head reset to {head}"
+                    )
                 except (client.errors.ClientError, TimeoutError):
                     if time.monotonic() > deadline:
                         raise StartError(f"journal {name} did not become writable") from None
@@ -370,7 +400,7 @@ def up(options: Options, say: Say = print) -> list[Process]:
         broker = next(p.endpoint for p in started if p.name == BROKERS[0][0])
         try:
             journals = asyncio.run(
-                _apply_journals(broker, options.journals.read_text(), options.timeout)
+                _apply_journals(broker, options.journals.read_text(), options.timeout, say)
             )
         except (client.errors.ClientError, journalspace.JournalSpaceError, pb.ValidationError) as e:
             raise StartError(f"applying {options.journals} failed: {e}") from e
