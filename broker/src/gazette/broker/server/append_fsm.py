@@ -43,7 +43,7 @@ DEFAULT_FLUSH_INTERVAL_S = 24 * 3600
 # many bytes: gRPC's cost is mostly per message, so fewer, larger ones replicate
 # faster. Kept well below the 4 MiB default message limit of brokers (ours and
 # Gazette's), and a client chunk larger than this is forwarded alone.
-REPLICATE_CONTENT_BYTES = 512 * 1024
+REPLICATE_CONTENT_BYTES = 256 * 1024
 
 T = TypeVar("T")
 
@@ -349,7 +349,12 @@ class AppendFSM:
     async def _on_acquire_pipeline(self) -> None:
         self.must_state(State.ACQUIRE_PIPELINE)
         replica = self._replica()
-        pln, invalidated = await self._race(replica.pipeline_slot.get())
+        slot = replica.pipeline_slot
+        if not slot.empty():
+            # The common case, without _race's tasks: a get that can't wait wins anyway.
+            pln, invalidated = slot.get_nowait(), False
+        else:
+            pln, invalidated = await self._race(slot.get())
         if invalidated:
             self.state = State.RESOLVE
             return
