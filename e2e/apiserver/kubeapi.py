@@ -23,14 +23,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import ctypes
 import datetime
 import ipaddress
 import os
 import pathlib
 import secrets
 import shutil
-import signal
 import ssl
 import subprocess
 import time
@@ -110,13 +108,6 @@ def binaries(*, build: bool = True) -> pathlib.Path:
         stdout=subprocess.DEVNULL,
     )
     return bin_dir()
-
-
-def _die_with_parent() -> None:
-    # Between fork and exec: if the test process dies outright, the kernel SIGTERMs the
-    # server instead of leaving it listening forever.
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 def _pem_key(key: Any) -> bytes:
@@ -314,11 +305,10 @@ class KubeAPIServer:
             self._write_kubeconfig()
             with self.log_path.open("ab") as log:
                 self._proc = subprocess.Popen(
-                    self._args(pki),
+                    [*etcd_testing.die_with_parent_argv(), *self._args(pki)],
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    preexec_fn=_die_with_parent,
                 )
             if self._wait_ready():
                 return

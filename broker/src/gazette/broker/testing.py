@@ -27,7 +27,6 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import dataclasses
 import os
 import pathlib
@@ -45,6 +44,7 @@ import grpc
 
 from gazette.broker import protocol as pb
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
+from gazette.keyspace import testing as ks_testing
 
 __all__ = [
     "BrokerCluster",
@@ -52,34 +52,38 @@ __all__ = [
     "append",
     "apply_specs",
     "free_port",
+    "free_ports",
     "journal_spec",
     "read",
     "wait_writable",
 ]
 
-_PR_SET_PDEATHSIG = 1
 _MAX_MESSAGE = 64 << 20
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port of ``host`` that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1, host)[0]
 
 
-# Resolved here, in the parent: loading a library between fork and exec of a
-# process with gRPC threads crashed the child (SIGSEGV in ctypes.CDLL during a
-# restart of the SIGKILL fault test), as dlopen may take locks another thread held.
-_prctl = ctypes.CDLL(None, use_errno=True).prctl
-_prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-_prctl.restype = ctypes.c_int
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct TCP ports of ``host`` that nothing listens on right now.
 
-
-def _die_with_parent() -> None:
-    # Between fork and exec: if the test process dies outright, the kernel
-    # SIGKILLs the broker instead of leaving it serving for ever.
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    Every socket stays bound until all are chosen. Picking them one at a time let
+    the kernel hand out a port twice before any broker bound it; a broker's gRPC
+    server (SO_REUSEPORT) then answered another broker's /debug/ready probe with
+    HTTP/2 (seen as BadStatusLine in the SIGKILL fault test's cluster start).
+    """
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.bind((host, 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 @dataclasses.dataclass
@@ -121,12 +125,17 @@ class BrokerProcess:
             log.write(f"--- starting {time.strftime('%H:%M:%S')}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gazette.broker", *self.args],
+                [
+                    *ks_testing.die_with_parent_argv("KILL"),
+                    sys.executable,
+                    "-m",
+                    "gazette.broker",
+                    *self.args,
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=self.env,
-                preexec_fn=_die_with_parent,
             )
 
     def ready(self) -> bool:
@@ -210,10 +219,11 @@ class BrokerCluster:
         self.file_root.mkdir(parents=True, exist_ok=True)
         self.brokers: list[BrokerProcess] = []
         penv = {**os.environ, **(env or {})}
+        ports = free_ports(2 * brokers)
         for i in range(brokers):
             zone = zones[i % len(zones)]
             suffix = f"broker-{i:02d}"
-            port, http_port = free_port(), free_port()
+            port, http_port = ports[2 * i], ports[2 * i + 1]
             bdir = self.work_dir / suffix
             bdir.mkdir(parents=True, exist_ok=True)
             args = [

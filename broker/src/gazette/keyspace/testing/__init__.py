@@ -21,11 +21,9 @@ Outside pytest::
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import pathlib
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -34,14 +32,18 @@ import time
 import types
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 
-__all__ = ["EtcdServer", "EtcdStartError", "etcd_binary", "free_port", "port_is_free"]
+__all__ = [
+    "EtcdServer",
+    "EtcdStartError",
+    "die_with_parent_argv",
+    "etcd_binary",
+    "free_port",
+    "port_is_free",
+]
 
 #: Overrides the etcd binary (e.g. Debian's ``/usr/bin/etcd``).
 BINARY_ENV = "GAZETTE_ETCD_BINARY"
-
-_PR_SET_PDEATHSIG = 1
 
 
 class EtcdStartError(RuntimeError):
@@ -85,12 +87,21 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
-def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: if the test process is killed
-    # outright (no finalizers), the kernel sends etcd SIGTERM instead of
-    # leaving it listening forever.
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+def die_with_parent_argv(signal_name: str = "TERM") -> list[str]:
+    """A command prefix making the child die with the thread that started it.
+
+    If a test process is killed outright (no finalizers run), the kernel then
+    signals its servers instead of leaving them listening for ever. This uses
+    util-linux's ``setpriv --pdeathsig`` rather than a ``preexec_fn``: running
+    Python between fork and exec in a process with gRPC threads segfaulted the
+    child (seen restarting brokers in the SIGKILL fault test), and without a
+    ``preexec_fn`` subprocess can spawn without running any Python in the child.
+    Where ``setpriv`` is missing, children simply lack this safety net.
+    """
+    if sys.platform != "linux":
+        return []
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", signal_name, "--"] if setpriv else []
 
 
 class EtcdServer:
@@ -214,19 +225,15 @@ class EtcdServer:
         with open(self.log_path, "ab") as log_file:
             # Show only this run's output when it fails (the log may be reused).
             self._log_offset = log_file.tell()
-            preexec: Callable[[], None] | None = None
-            if not self.detach and sys.platform == "linux":
-                preexec = _die_with_parent
+            prefix = [] if self.detach else die_with_parent_argv()
             try:
                 self._proc = subprocess.Popen(
-                    argv,
+                    [*prefix, *argv],
                     cwd=self.work_dir,
                     stdin=subprocess.DEVNULL,
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
                     start_new_session=self.detach,
-                    # Only a prctl call: safe to run between fork and exec.
-                    preexec_fn=preexec,
                 )
             except OSError as e:
                 raise EtcdStartError(f"could not run {argv[0]}: {e}") from e

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import pathlib
@@ -144,11 +145,30 @@ def _start_etcd(options: Options, started: list[Process], say: Say) -> Process:
     return Process("etcd", server.release(), argv, server.endpoint, str(server.log_path))
 
 
-def _port(wanted: int, what: str, say: Say) -> int:
-    if wanted and not testing.port_is_free(wanted):
+def _port(wanted: int, what: str, say: Say, taken: set[int]) -> int:
+    """``wanted`` if it is free, else a free port not in ``taken``; added to ``taken``.
+
+    Started brokers may not have bound their ports yet, and a port just probed
+    and closed can be handed out again: ``taken`` keeps two components of one
+    ``up`` from being given the same port.
+    """
+    if wanted and (wanted in taken or not testing.port_is_free(wanted)):
         say(f"port {wanted} is already in use: starting {what} on a free port instead")
         wanted = 0
-    return wanted or testing.free_port()
+    while not wanted or wanted in taken:
+        wanted = testing.free_port()
+    taken.add(wanted)
+    return wanted
+
+
+def _ports_of(started: list[Process]) -> set[int]:
+    """Ports given on the command lines of processes this ``up`` started."""
+    ports: set[int] = set()
+    for proc in started:
+        for flag, value in itertools.pairwise(proc.argv):
+            if flag.endswith("port") and value.isdigit():
+                ports.add(int(value))
+    return ports
 
 
 def _spawn(argv: list[str], log: pathlib.Path) -> int:
@@ -198,8 +218,11 @@ def _broker_starter(index: int) -> Callable[[Options, list[Process], Say], Proce
     suffix, zone = BROKERS[index]
 
     def start(options: Options, started: list[Process], say: Say) -> Process:
-        port = _port(options.broker_port if index == 0 else 0, suffix, say)
-        http_port = _port(options.gateway_port if index == 0 else 0, f"{suffix}'s HTTP port", say)
+        taken = _ports_of(started)
+        port = _port(options.broker_port if index == 0 else 0, suffix, say, taken)
+        http_port = _port(
+            options.gateway_port if index == 0 else 0, f"{suffix}'s HTTP port", say, taken
+        )
         bdir = options.data / "brokers" / suffix
         file_root = options.data / "fragments"
         file_root.mkdir(parents=True, exist_ok=True)
