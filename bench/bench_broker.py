@@ -13,14 +13,12 @@ the client appends to the journal's primary, one append at a time.
 
 from __future__ import annotations
 
-import asyncio
-import pathlib
 import statistics
-import tempfile
 import time
 
 import grpc
 
+from bench import _cluster
 from gazette.broker import protocol as pb
 from gazette.broker.protocol import protocol_pb2 as pb2
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
@@ -182,21 +180,7 @@ LIMITS = """\
 
 
 def main() -> None:
-    from gazette.broker import testing
-    from gazette.keyspace import testing as ks_testing
-
-    cache = pathlib.Path(".cache")
-    with tempfile.TemporaryDirectory(
-        prefix="bench-broker-", dir=cache if cache.is_dir() else None
-    ) as tmp:
-        work = pathlib.Path(tmp)
-        with (
-            ks_testing.EtcdServer(work_dir=work / "etcd") as etcd,
-            testing.BrokerCluster(
-                etcd.endpoint, work_dir=work / "brokers", brokers=3, lease="10s", log_level="warn"
-            ) as cluster,
-        ):
-            asyncio.run(_main(cluster))
+    _cluster.run_on_cluster("broker", _main)
 
 
 if __name__ == "__main__":

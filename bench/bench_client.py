@@ -13,11 +13,9 @@ grpc.aio client stream into a server that only counts bytes), in records/s.
 from __future__ import annotations
 
 import asyncio
-import pathlib
-import tempfile
 import time
 
-from bench import bench_broker
+from bench import _cluster, bench_broker
 from gazette.broker import client
 
 RECORD = 1024
@@ -111,21 +109,7 @@ NOTES = """\
 
 
 def main() -> None:
-    from gazette.broker import testing
-    from gazette.keyspace import testing as ks_testing
-
-    cache = pathlib.Path(".cache")
-    with tempfile.TemporaryDirectory(
-        prefix="bench-client-", dir=cache if cache.is_dir() else None
-    ) as tmp:
-        work = pathlib.Path(tmp)
-        with (
-            ks_testing.EtcdServer(work_dir=work / "etcd") as etcd,
-            testing.BrokerCluster(
-                etcd.endpoint, work_dir=work / "brokers", brokers=3, lease="10s", log_level="warn"
-            ) as cluster,
-        ):
-            asyncio.run(_main(cluster))
+    _cluster.run_on_cluster("client", _main)
 
 
 if __name__ == "__main__":
