@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import json
 import os
 import pathlib
@@ -15,7 +13,6 @@ from collections.abc import Iterator
 import pytest
 from click.testing import CliRunner
 
-from gazette import keyspace
 from gazette.broker import testing
 from gazette.gazctl import cli
 from gazette.gazctl import journals as _commands  # noqa: F401  (registers the commands)
@@ -45,14 +42,6 @@ children:
 """
 
 
-async def _delete_prefix(endpoint: str, prefix: str) -> None:
-    etcd = await keyspace.connect(endpoint, call_timeout=10)
-    try:
-        await etcd.delete_prefix(prefix.encode())
-    finally:
-        await etcd.close()
-
-
 @pytest.fixture(scope="module")
 def cluster(
     etcd_server: ks_testing.EtcdServer, tmp_path_factory: pytest.TempPathFactory
@@ -69,8 +58,7 @@ def cluster(
         yield c
     finally:
         c.kill_all()
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            pool.submit(asyncio.run, _delete_prefix(etcd_server.endpoint, root + "/")).result()
+        ks_testing.wipe_prefix(etcd_server.endpoint, root + "/")
 
 
 @pytest.fixture(scope="module")

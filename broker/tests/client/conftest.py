@@ -7,15 +7,12 @@ etcd, able to reach the session's S3 server) and ``s3_bucket``.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from client_fakes import FakeBroker, InstantClock
 
-from gazette import keyspace
 from gazette.broker import client, testing
 from gazette.broker.fragment import testing as fragment_testing
 from gazette.broker.fragment.testing import s3_bucket, s3_server
@@ -48,14 +45,6 @@ async def jc(fake: FakeBroker, clock: InstantClock) -> AsyncIterator[client.Jour
 # --- Real brokers ----------------------------------------------------------------
 
 
-async def _delete_prefix(endpoint: str, prefix: str) -> None:
-    etcd = await keyspace.connect(endpoint, call_timeout=10)
-    try:
-        await etcd.delete_prefix(prefix.encode())
-    finally:
-        await etcd.close()
-
-
 @pytest.fixture(scope="module")
 def brokers(
     etcd_server: ks_testing.EtcdServer,
@@ -77,5 +66,4 @@ def brokers(
     finally:
         cluster.kill_all()
         # A thread of its own: the fixture may be torn down inside a running loop.
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            pool.submit(asyncio.run, _delete_prefix(etcd_server.endpoint, root + "/")).result()
+        ks_testing.wipe_prefix(etcd_server.endpoint, root + "/")

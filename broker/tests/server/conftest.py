@@ -7,8 +7,6 @@ down the brokers are killed and every key under that root is deleted.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
 import pathlib
 import uuid
@@ -16,20 +14,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from gazette import keyspace
 from gazette.broker import testing
 from gazette.broker.fragment.testing import S3Server, s3_bucket, s3_server
 from gazette.keyspace import testing as ks_testing
 
 __all__ = ["cluster", "cluster_factory", "make_cluster", "s3_bucket", "s3_server"]
-
-
-async def _delete_prefix(endpoint: str, prefix: str) -> None:
-    client = await keyspace.connect(endpoint, call_timeout=10)
-    try:
-        await client.delete_prefix(prefix.encode())
-    finally:
-        await client.close()
 
 
 @contextlib.contextmanager
@@ -56,9 +45,7 @@ def make_cluster(
         yield cluster
     finally:
         cluster.kill_all()
-        # In a thread of its own: async tests use this too, inside their event loop.
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            pool.submit(asyncio.run, _delete_prefix(etcd_server.endpoint, root + "/")).result()
+        ks_testing.wipe_prefix(etcd_server.endpoint, root + "/")
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,8 @@ Outside pytest::
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import os
 import pathlib
@@ -40,6 +42,7 @@ __all__ = [
     "etcd_binary",
     "free_port",
     "port_is_free",
+    "wipe_prefix",
 ]
 
 #: Overrides the etcd binary (e.g. Debian's ``/usr/bin/etcd``).
@@ -85,6 +88,26 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         except OSError:
             return False
         return True
+
+
+def wipe_prefix(endpoint: str, prefix: str) -> None:
+    """Delete every etcd key under ``prefix``, blocking until done.
+
+    Runs its own event loop in a worker thread, so module-scoped (synchronous)
+    fixtures can call it in teardown even while a test's loop is running.
+    """
+
+    async def wipe() -> None:
+        from gazette import keyspace
+
+        client = await keyspace.connect(endpoint, call_timeout=10)
+        try:
+            await client.delete_prefix(prefix.encode())
+        finally:
+            await client.close()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, wipe()).result()
 
 
 def die_with_parent_argv(signal_name: str = "TERM") -> list[str]:
