@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,105 @@ async def test_walk_all_stores(tmp_path: Path, caplog: pytest.LogCaptureFixture)
     assert got == [(0, 100, "file:///s1/", "", True), (50, 300, "file:///s2/", "", True)]
     assert "notes.txt" in caplog.text
     assert pb.fragment_path(out[1].spec) == f"{JOURNAL}/{50:016x}-{300:016x}-{zero}.zst"
+
+
+# -- Confinement to the store's root ----------------------------------------------------
+
+
+def confined_store(tmp_path: Path) -> stores.ActiveStore:
+    """A store at <tmp>/root/data/, with <tmp>/outside/ beside the file root."""
+    (tmp_path / "root/data").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    return registry(tmp_path / "root").get("file:///data/")
+
+
+def all_operations(
+    store: stores.ActiveStore, path: str
+) -> list[tuple[str, Callable[[], Awaitable[object]]]]:
+    """(path, operation on it) of each async operation (sign_get is synchronous, checked apart)."""
+    directory = path.rsplit("/", 1)[0] + "/"
+    return [
+        (path, lambda: put(store, path, b"x")),
+        (path, lambda: store.exists(path)),
+        (path, lambda: store.get(path)),
+        (directory, lambda: listing(store, directory)),
+        (path, lambda: store.remove(path)),
+    ]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../x/f.raw",  # Would be <root>/x/f.raw: beside the store, inside the file root.
+        "../../outside/f.raw",
+        "a/../../../outside/f.raw",
+        "/etc/f.raw",
+    ],
+)
+async def test_file_store_refuses_paths_escaping_its_root(tmp_path: Path, path: str) -> None:
+    store = confined_store(tmp_path)
+    root = str(tmp_path / "root/data")
+    for target, op in all_operations(store, path):
+        with pytest.raises(errors.StoreError, match="outside the store root") as e:
+            await op()
+        assert f" {target}: refused, outside the store root {root}: " in str(e.value)
+        assert not store.is_auth_error(e.value)
+    with pytest.raises(errors.StoreError, match="outside the store root"):
+        store.sign_get(path, 60)
+    assert os.listdir(tmp_path / "outside") == []
+    assert sorted(os.listdir(tmp_path / "root")) == ["data"]
+
+
+async def test_file_store_refuses_symlinked_directories_leading_outside(tmp_path: Path) -> None:
+    store = confined_store(tmp_path)
+    (tmp_path / "outside/secret").write_bytes(b"s3cr3t")
+    (tmp_path / "root/data/a").mkdir()
+    (tmp_path / "root/data/a/link").symlink_to(tmp_path / "outside")
+    for _, op in all_operations(store, "a/link/secret"):
+        with pytest.raises(errors.StoreError, match=r"resolves to .*outside"):
+            await op()
+    with pytest.raises(errors.StoreError, match="outside the store root"):
+        await put(store, "a/link/deeper/f.raw", b"x")  # Would create outside/deeper/.
+    assert sorted(os.listdir(tmp_path / "outside")) == ["secret"]
+    assert (tmp_path / "outside/secret").read_bytes() == b"s3cr3t"
+    # A symlinked file leading outside is neither read nor listed.
+    (tmp_path / "root/data/a/leak").symlink_to(tmp_path / "outside/secret")
+    with pytest.raises(errors.StoreError, match="outside the store root"):
+        await store.get("a/leak")
+    assert await listing(store, "a/") == []
+
+
+async def test_file_store_follows_symlinks_that_stay_inside(tmp_path: Path) -> None:
+    store = confined_store(tmp_path)
+    (tmp_path / "root/data/real").mkdir()
+    (tmp_path / "root/data/alias").symlink_to(tmp_path / "root/data/real")
+    await put(store, "alias/j/f.raw", b"in")
+    assert (tmp_path / "root/data/real/j/f.raw").read_bytes() == b"in"
+    assert await store.exists("alias/j/f.raw")
+    assert await listing(store, "alias/") == ["j/f.raw"]
+
+
+async def test_file_store_allows_dotted_names(tmp_path: Path) -> None:
+    store = confined_store(tmp_path)
+    for path in ("a/b/c/f.raw", "a.b/c/f.raw", "a/..b/c.../f.raw", ".test/health-check"):
+        await put(store, path, b"ok")
+        assert await store.exists(path)
+        async with await store.get(path) as r:
+            assert await r.read_all() == b"ok"
+        assert store.sign_get(path, 1) == "file:///data/" + path
+    assert (tmp_path / "root/data/a.b/c/f.raw").read_bytes() == b"ok"
+    assert await listing(store, "a/") == ["..b/c.../f.raw", "b/c/f.raw"]
+    await store.remove("a.b/c/f.raw")
+    assert not await store.exists("a.b/c/f.raw")
+
+
+async def test_file_store_refuses_rewrites_and_urls_escaping_the_root(tmp_path: Path) -> None:
+    (tmp_path / "root/data").mkdir(parents=True)
+    reg = registry(tmp_path / "root")
+    rewriting = reg.get("file:///data/?find=j%2F&replace=..%2F..%2F")
+    with pytest.raises(errors.StoreError, match=r"'\.\.' segment \(\.\./\.\./f\.raw\)"):
+        await put(rewriting, "j/f.raw", b"x")
+    bad = reg.get("file:///data/../../outside/")
+    assert isinstance(bad.init_error, errors.StoreConfigError)
+    assert "has a '..' segment" in str(bad.init_error)
+    assert not (tmp_path / "outside").exists()

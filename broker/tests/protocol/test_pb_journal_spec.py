@@ -60,6 +60,9 @@ SECOND = pb.duration_from_seconds
 # Every rule of §3.3, in validation order, with its failing input and message.
 CASES = [
     (_set("name", "/bad/name"), "Name: cannot begin with '/' (/bad/name)"),
+    (_set("name", "a//journal"), "Name: must be a clean path (a//journal)"),
+    (_set("name", "a/./journal"), "Name: must be a clean path (a/./journal)"),
+    (_set("name", "../journal"), "Name: cannot have a '..' path segment (../journal)"),
     (_set("name", "zz"), "Name: invalid length (2; expected 4 <= length <= 512)"),
     (
         _set("name", "a/journal;disallowed/meta"),
@@ -190,6 +193,9 @@ def test_spec_rules(mutate, expect: str) -> None:
         _set("flags", pb.JournalSpec.O_WRONLY),
         _set("max_append_rate", 0),
         _set("suspend.level", pb.JournalSpec.Suspend.FULL),
+        _set("name", "a/b/c"),
+        _set("name", "a.b/c"),
+        _set("name", "a/b.c/d..e"),
     ],
 )
 def test_spec_accepts(mutate) -> None:

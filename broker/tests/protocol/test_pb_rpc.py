@@ -614,6 +614,21 @@ def test_apply_request() -> None:
                 lambda m: setattr(m.changes[1], "delete", "bad journal"),
                 "Changes[1].Delete: not a valid token (bad journal)",
             ),
+            # The Apply RPC validates with this: a journal whose fragments would land
+            # outside a file:// store's root never reaches etcd.
+            (
+                lambda m: setattr(m.changes[0].upsert, "name", "../x"),
+                "Changes[0].Upsert.Name: cannot have a '..' path segment (../x)",
+            ),
+            (
+                lambda m: setattr(m.changes[0].upsert, "name", "/abs/x"),
+                "Changes[0].Upsert.Name: cannot begin with '/' (/abs/x)",
+            ),
+            (
+                lambda m: setattr(m.changes[1], "delete", "../x"),
+                "Changes[1].Delete: cannot have a '..' path segment (../x)",
+            ),
+            (lambda m: setattr(m.changes[0].upsert, "name", "a.b/c"), None),
             (
                 lambda m: m.changes.add(),
                 "Changes[2]: neither Upsert nor Delete are set (expected exactly one)",

@@ -103,9 +103,20 @@ def strip_meta(journal: str) -> str:
 
 
 def validate_journal(journal: str) -> None:
-    """A journal name, optionally with a ``;meta`` path segment (Read and Append accept one)."""
+    """A journal name, optionally with a ``;meta`` path segment (Read and Append accept one).
+
+    The name is a clean, relative path component (so no ``.`` segment, empty
+    segment or leading ``/``) and, unlike Gazette, has no ``..`` segment.
+    """
     name, meta = split_meta(journal)
     validate_path_component(name, MIN_JOURNAL_NAME_LEN, MAX_JOURNAL_NAME_LEN)
+    # A deliberate departure from Gazette's `Journal.Validate`: Go's path.Clean keeps
+    # leading ".." segments, so Gazette accepts "../x" and its file:// store writes that
+    # journal's fragments outside --broker.file-root. A journal name is a path under
+    # every fragment store, so it must not climb out of one. (After the clean-path
+    # check a ".." can only lead, but looking at every segment costs nothing.)
+    if ".." in name.split("/"):
+        raise ValidationError(f"cannot have a '..' path segment ({name})")
     if meta:
         try:
             validate_path_component(meta[1:], 1, MAX_JOURNAL_NAME_LEN)
