@@ -46,6 +46,94 @@ def test_bad_values_are_rejected() -> None:
         config.parse(["--etcd.prefix", "/trailing/"], env={})
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--broker.id", "b0"],
+            '--broker.id "b0": ProcessSpec.Id.Suffix: invalid length (2; expected 4 <= length <= 128)',
+        ),
+        (
+            ["--broker.id", "bad#id"],
+            '--broker.id "bad#id": ProcessSpec.Id.Suffix: not a valid token (bad#id)',
+        ),
+        (
+            ["--broker.zone", ""],
+            '--broker.zone "": ProcessSpec.Id.Zone: invalid length (0; expected 1 <= length <= 32)',
+        ),
+        (
+            ["--broker.zone", "us east"],
+            '--broker.zone "us east": ProcessSpec.Id.Zone: not a valid token (us east)',
+        ),
+        (
+            ["--broker.host", "a b"],
+            '--broker.host "a b": ProcessSpec.Endpoint: '
+            'parse "http://a b:0": invalid character " " in host name',
+        ),
+        (
+            ["--broker.host", "a/b", "--broker.port", "8080"],
+            '--broker.host "a/b": ProcessSpec.Endpoint: not a host name or IP address '
+            '(endpoint http://a/b:8080 names host "a")',
+        ),
+        (
+            ["--broker.host", "host:5"],
+            '--broker.host "host:5": ProcessSpec.Endpoint: '
+            "a host with ':' must be an IPv6 address (the port is --broker.port)",
+        ),
+        (["--broker.port", "-1"], "--broker.port -1: invalid port (expected 0 <= port <= 65535)"),
+        (
+            ["--broker.limit", "200000"],
+            "--broker.limit 200000: BrokerSpec: invalid JournalLimit "
+            "(200000; expected 0 <= JournalLimit <= 131072)",
+        ),
+    ],
+)
+def test_bad_broker_spec_is_one_line_naming_the_flag(argv: list[str], message: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        config.parse(["--broker.host", "127.0.0.1", *argv], env={})
+    assert str(exc.value) == message
+
+
+def test_bad_broker_spec_from_the_environment_is_refused() -> None:
+    with pytest.raises(SystemExit, match=r'^--broker\.id "b0": ProcessSpec\.Id\.Suffix: '):
+        config.parse(["--broker.host", "127.0.0.1"], env={"BROKER_ID": "b0"})
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "[::1]", "broker-0.gazette.svc", "h_1"])
+def test_good_broker_specs_parse(host: str) -> None:
+    cfg = config.parse(
+        ["--broker.host", host, "--broker.id", "b000", "--broker.zone", "zone-a.1"], env={}
+    )
+    assert cfg.broker.id == "b000"
+    assert cfg.broker.endpoint.startswith("http://")
+
+
+def test_broker_with_invalid_id_exits_before_connecting() -> None:
+    # Before this check, such a broker started, reported ready and re-announced in a
+    # loop forever, while no journal ever got a primary.
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gazette.broker",
+            "--broker.id",
+            "b0",
+            "--broker.host",
+            "127.0.0.1",
+            # Never dialled: the flags are refused first.
+            "--etcd.address",
+            "http://127.0.0.1:1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        '--broker.id "b0": ProcessSpec.Id.Suffix: invalid length (2; expected 4 <= length <= 128)'
+    ]
+
+
 def test_help_names_every_flag_and_variable() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "gazette.broker", "--help"],

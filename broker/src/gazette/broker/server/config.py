@@ -11,12 +11,19 @@ Differences to Gazette: gRPC and HTTP/1 can't share a port with grpcio, so the
 journal HTTP gateway and the diagnostics (``/debug/ready``, ``/debug/metrics``)
 are served on ``--broker.http-port`` (``--debug.port`` is accepted as its
 Gazette alias). ``--help`` states each flag's default once.
+
+Parsing also validates the BrokerSpec the flags describe (``--broker.zone``,
+``--broker.id``, the endpoint of ``--broker.host`` and ``--broker.port``,
+``--broker.limit``) with the protocol's rules, and exits with one line naming
+the flag and the rule: see :func:`check_broker_spec`.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
+import json
 import os
 import random
 import re
@@ -92,8 +99,18 @@ class BrokerConfig:
 
     @property
     def endpoint(self) -> str:
-        """The advertised gRPC endpoint (requires a resolved, non-zero port)."""
-        return f"http://{self.host or socket.gethostname()}:{self.port}"
+        """The advertised gRPC endpoint (requires a resolved, non-zero port).
+
+        An IPv6 literal host is bracketed, as the broker's process does.
+        """
+        return endpoint_of(self.host or socket.gethostname(), self.port)
+
+
+def endpoint_of(host: str, port: int) -> str:
+    """``http://host:port``, with an IPv6 literal ``host`` bracketed."""
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -388,4 +405,67 @@ def parse(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = Non
         raise SystemExit(
             f"--etcd.prefix must be an absolute path without trailing '/': {cfg.etcd.prefix!r}"
         )
+    check_broker_spec(cfg.broker)
     return cfg
+
+
+def _quote(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def check_broker_spec(b: BrokerConfig) -> None:
+    """Validate the BrokerSpec ``b`` will announce, as every peer will validate it.
+
+    Raises SystemExit with one line naming the flag and the broken rule, e.g.
+    ``--broker.id "b0": ProcessSpec.Id.Suffix: invalid length (2; expected 4 <=
+    length <= 128)``. Without this, a broker whose spec its peers refuse
+    (Gazette's ``ProcessSpec.Validate``, ``BrokerSpec.Validate`` in
+    ``broker/protocol/process_spec_extensions.go``) starts, reports ready and
+    re-announces forever while no journal ever gets a primary.
+    """
+    # Imported here, not at the top, so that --help stays fast.
+    from gazette.broker import protocol as pb
+    from gazette.broker.protocol import urls
+
+    if not 0 <= b.port <= 65535:  # -1 ("off") is only meaningful to --broker.http-port.
+        raise SystemExit(f"--broker.port {b.port}: invalid port (expected 0 <= port <= 65535)")
+    if not 0 <= b.limit <= pb.MAX_BROKER_JOURNAL_LIMIT:
+        raise SystemExit(
+            f"--broker.limit {b.limit}: BrokerSpec: invalid JournalLimit ({b.limit}; "
+            f"expected 0 <= JournalLimit <= {pb.MAX_BROKER_JOURNAL_LIMIT})"
+        )
+    host = b.host or socket.gethostname()
+    host_flag = f"--broker.host {_quote(b.host)}"
+    if not b.host:
+        host_flag += f" (the OS hostname {_quote(host)})"
+    # Port 0 is resolved when the broker listens; any port gives the same verdict.
+    endpoint = endpoint_of(host, b.port)
+    spec = pb.ProcessSpec(id=pb.ProcessSpec.ID(zone=b.zone, suffix=b.id), endpoint=endpoint)
+    try:
+        pb.validate(spec)
+    except pb.ValidationError as e:
+        flags: dict[tuple[str, ...], str] = {
+            ("Id", "Zone"): f"--broker.zone {_quote(b.zone)}",
+            ("Id", "Suffix"): f"--broker.id {_quote(b.id)}",
+        }
+        flag = flags.get(e.context[:2], host_flag)
+        raise SystemExit(f"{flag}: ProcessSpec.{e}") from None
+    bare = host.removeprefix("[").removesuffix("]")
+    if ":" in bare:
+        # It is bracketed into the endpoint as an IPv6 literal, which Go's url.Parse
+        # takes without checking: "h:5" would be announced as http://[h:5]:<port>.
+        try:
+            ipaddress.IPv6Address(bare)
+        except ValueError:
+            raise SystemExit(
+                f"{host_flag}: ProcessSpec.Endpoint: a host with ':' must be an IPv6 address "
+                "(the port is --broker.port)"
+            ) from None
+    # Go's url.Parse takes "a/b" or "user@a" as a URL with host "a"; peers would
+    # dial a broker other than this one, so the host must come back whole.
+    named = urls.parse_url(endpoint).hostname()
+    if named != bare:
+        raise SystemExit(
+            f"{host_flag}: ProcessSpec.Endpoint: not a host name or IP address "
+            f"(endpoint {endpoint} names host {_quote(named)})"
+        )
