@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import time
+import types
 from collections.abc import AsyncIterator
 
 import aetcd
@@ -113,3 +115,65 @@ async def test_reannounces_after_lease_loss(etcd: aetcd.Client) -> None:
         session.request_exit()
         await asyncio.wait_for(task, 20)
     assert await member_lease(etcd) is None
+
+
+def _no_kv_stub(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """The announce module, with the etcd connection step made a no-op."""
+    from gazette.keyspace import etcd as ks_etcd
+
+    async def no_stub(_client: object) -> None:
+        return None
+
+    monkeypatch.setattr(ks_etcd, "kv_stub", no_stub)
+    return importlib.import_module("gazette.allocator.announce")
+
+
+class _FlakyEtcd:
+    """Answers refresh_lease from a script: a TTL, None (lease gone) or an exception."""
+
+    def __init__(self, script: list[object]) -> None:
+        self.script = script
+
+    async def refresh_lease(self, lease_id: int) -> object:
+        step = self.script.pop(0) if self.script else 10
+        if isinstance(step, Exception):
+            raise step
+        if step is None:
+            return types.SimpleNamespace(TTL=-1)
+        return types.SimpleNamespace(TTL=step)
+
+
+async def test_keep_alive_doubts_past_the_lease_and_recovers_when_etcd_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # etcd away longer than the lease: the member is in doubt (serves no writes),
+    # not lost; an etcd that kept the lease (a restart extends leases) ends the doubt.
+    announce = _no_kv_stub(monkeypatch)
+    down = aetcd.exceptions.ConnectionFailedError("etcd down")
+    client = _FlakyEtcd([3, down, down, down, down, 3])
+    doubts: list[float] = []
+    health = announce.LeaseHealth(on_doubt=lambda: doubts.append(0))
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(
+        announce.keep_alive(client, 7, 3, health=health)  # type: ignore[arg-type]
+    )
+    try:
+        await asyncio.sleep(0.2)
+        assert health.valid(loop.time()) and doubts == []
+        await asyncio.sleep(3.5)  # Four failed refreshes, one second apart.
+        assert doubts == [0] and not health.valid(loop.time())
+        assert not task.done()  # Still trying: only etcd's word ends the lease.
+        await asyncio.sleep(1.6)  # The fifth refresh, at 5 s, succeeds.
+        assert health.valid(loop.time())
+    finally:
+        task.cancel()
+
+
+async def test_keep_alive_raises_lease_lost_on_etcd_s_word(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    announce = _no_kv_stub(monkeypatch)
+    client = _FlakyEtcd([None])
+    with pytest.raises(allocator.errors.LeaseLost):
+        async with asyncio.timeout(5):
+            await announce.keep_alive(client, 7, 3)  # type: ignore[arg-type]

@@ -141,12 +141,14 @@ class Uploads:
 
 
 def make_persister(
-    uploads: Uploads, interval: float, specs: dict[str, pb.JournalSpec]
+    uploads: Uploads, replica_delay: float, specs: dict[str, pb.JournalSpec]
 ) -> persister.Persister:
     return persister.Persister(
         stores.StoreRegistry(),
         specs.get,
-        config=persister.PersisterConfig(interval=interval, drain_retry_interval=0.01),
+        config=persister.PersisterConfig(
+            replica_delay=replica_delay, retry_interval=0.01, max_retry_interval=0.02
+        ),
         persist_fn=uploads,
     )
 
@@ -163,9 +165,9 @@ async def test_primary_spools_upload_at_once() -> None:
         p.stop()
 
 
-async def test_replica_spools_wait_two_ticks() -> None:
+async def test_replica_spools_wait_the_replica_delay() -> None:
     uploads = Uploads()
-    p = make_persister(uploads, 0.05, {JOURNAL: journal_spec("file:///s/")})
+    p = make_persister(uploads, 0.2, {JOURNAL: journal_spec("file:///s/")})
     sp = await completed_spool([b"abc"], primary=False)
     p.spool_complete(sp, False)
     assert p.queued == 1 and uploads.attempts == 0
@@ -174,10 +176,31 @@ async def test_replica_spools_wait_two_ticks() -> None:
     async with asyncio.TaskGroup() as tg:
         tg.create_task(p.serve())
         await asyncio.wait_for(uploads.changed.wait(), 5)
-        # Queued into C: attempted on the second tick after, not the first.
-        assert loop.time() - started >= 0.1
-        assert uploads.done == [(0, 3, False)] and p.queued == 0
+        assert loop.time() - started >= 0.2
+        assert uploads.done == [(0, 3, False)]
         p.stop()
+    assert p.queued == 0
+
+
+async def test_hurry_uploads_replica_spools_now() -> None:
+    # A broker whose lease is in doubt stores every copy it holds without delay.
+    uploads = Uploads()
+    p = make_persister(uploads, 3600, {JOURNAL: journal_spec("file:///s/")})
+    early = await completed_spool([b"abc"], primary=False)
+    late = await completed_spool([b"abcdef"], primary=False)
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(p.serve())
+        p.spool_complete(early, False)
+        await asyncio.sleep(0.05)
+        assert uploads.attempts == 0
+        p.hurry()
+        await asyncio.wait_for(uploads.changed.wait(), 5)
+        p.spool_complete(late, False)  # After hurry(): at once.
+        async with asyncio.timeout(5):
+            while len(uploads.done) < 2:
+                await asyncio.sleep(0.01)
+        p.stop()
+    assert sorted(uploads.done) == [(0, 3, False), (0, 6, False)]
 
 
 async def test_empty_spools_and_dropped_journals() -> None:
@@ -187,7 +210,7 @@ async def test_empty_spools_and_dropped_journals() -> None:
     p.spool_complete(empty, False)
     assert p.queued == 0
     sp = await completed_spool([b"abc"])
-    assert await p.attempt_persist(sp, exiting=False)  # No spec: dropped, not queued.
+    assert await p.attempt_persist(sp, exiting=False)  # No spec: dropped, not retried.
     assert uploads.attempts == 0 and p.queued == 0
 
 
@@ -201,7 +224,9 @@ async def test_failures_retry_and_stop_drains() -> None:
         p.spool_complete(replica_spool, False)
         p.spool_complete(primary_spool, True)
         await asyncio.wait_for(uploads.changed.wait(), 5)
-        # The primary upload failed and went to the queues; stop drains it all.
+        # The primary upload failed and is retried; stop uploads the replica's at once
+        # and returns only once both are stored.
         p.stop()
-    assert sorted(uploads.done) == [(0, 7, True), (0, 9, True)]
+    assert sorted(b - a for a, b, _ in uploads.done) == [7, 9]
+    assert uploads.attempts >= 3
     assert p.queued == 0

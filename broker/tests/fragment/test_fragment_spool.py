@@ -316,3 +316,33 @@ async def test_maybe_roll() -> None:
     hour = spec_fragment(flush=3600)
     assert fields(spool.maybe_roll(sp, 0, hour, now + 29 * 60 - 1)) == fields(sp.spec)
     assert fields(spool.maybe_roll(sp, 0, hour, now + 30 * 60)) == fields(frag(50, 50, pb.GZIP))
+
+
+async def test_a_failed_content_write_fails_the_request_and_keeps_the_spool_usable(
+    tmp_path: object,
+) -> None:
+    # A full disk: Go's spool retries forever, hanging every append of the journal;
+    # ours fails the request (so its append fails and the client retries).
+    import errno
+    import os
+
+    from gazette.broker.fragment import errors, files
+
+    sp, _ = new_spool()
+    await sp.apply(proposal(frag(0, 0)))
+    await sp.apply(content(b"abc", 0))
+    assert sp.file is not None
+    real = sp.file
+
+    class Full(files.SpoolFile):
+        def pwrite(self, data: bytes | memoryview, offset: int) -> None:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    sp.file = Full(-1)
+    with pytest.raises(errors.SpoolWriteError, match="No space left on device"):
+        await sp.apply(content(b"defg", 3))
+    assert sp.delta == 3  # Nothing of the failed write counts.
+    sp.file = real  # Space is back.
+    await sp.apply(content(b"de", 3))
+    resp = await sp.apply(proposal(frag(0, 5, data=b"abcde")))
+    assert resp.status == pb.OK and sp.end == 5

@@ -99,6 +99,18 @@ class FakeReplica:
     spool_slot: asyncio.Queue[Any] = dataclasses.field(default_factory=lambda: asyncio.Queue(1))
     pipeline_slot: asyncio.Queue[Any] = dataclasses.field(default_factory=lambda: asyncio.Queue(1))
     flow: Any = None
+    journal: str = "a/journal"
+    flushes: int = 0
+    # Answers of head_recovery_ready, and the (spool end, index end) it was asked about.
+    recovery_ready: bool = False
+    recovery_asks: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+
+    def request_flush(self) -> None:
+        self.flushes += 1
+
+    def head_recovery_ready(self, spool_end: int, index_end: int) -> bool:
+        self.recovery_asks.append((spool_end, index_end))
+        return self.recovery_ready
 
 
 @dataclasses.dataclass
@@ -353,6 +365,16 @@ async def test_index_has_greater_offset_and_explicit_offsets() -> None:
     fsm = await _at_preconditions(deps)
     await step_expect(fsm, State.ERROR)
     assert fsm.status == pb2.Status.INDEX_HAS_GREATER_OFFSET
+    assert deps.replica.recovery_asks == [(0, 1000)]
+
+    # Once the replica says the gap is safe to pass, the journal resumes at the
+    # index end, as an explicit-offset append would.
+    deps = FakeDeps()
+    deps.replica.index.summary_value = (0, 1000, 5)
+    deps.replica.recovery_ready = True
+    fsm = await _at_preconditions(deps)
+    await step_expect(fsm, State.SEND_PIPELINE_SYNC)
+    assert fsm.roll_to_offset == 1000
 
     deps = FakeDeps()
     deps.replica.index.summary_value = (0, 1000, 5)
@@ -499,3 +521,62 @@ async def test_stream_error_drops_pending_content() -> None:
     rollback = deps.pln.sent[-1]
     assert rollback.proposal.end == 0 and rollback.acknowledge
     await step_expect(fsm, State.ERROR)
+
+
+async def test_a_new_pipeline_rolls_a_spool_that_holds_content() -> None:
+    # A pipeline is rebuilt after a route change or a failure: its sync rolls every
+    # member's spool, which hands what they hold to their persisters now.
+    deps = FakeDeps()
+    deps.spool.spec.begin, deps.spool.spec.end = 100, 250
+    fsm = fsm_for(deps)
+    await step_expect(
+        fsm,
+        State.ACQUIRE_PIPELINE,
+        State.START_PIPELINE,
+        State.SEND_PIPELINE_SYNC,
+        State.RECV_PIPELINE_SYNC,
+    )
+    assert fsm.roll_to_offset == 250
+    sync = deps.pln.sent[0].proposal
+    assert (sync.begin, sync.end) == (250, 250)
+
+
+async def test_a_new_pipeline_of_an_empty_spool_does_not_roll() -> None:
+    deps = FakeDeps()
+    deps.spool.spec.begin = deps.spool.spec.end = 250
+    fsm = fsm_for(deps)
+    await step_expect(
+        fsm,
+        State.ACQUIRE_PIPELINE,
+        State.START_PIPELINE,
+        State.SEND_PIPELINE_SYNC,
+    )
+    assert fsm.roll_to_offset == 0
+
+
+async def test_a_failed_sync_asks_the_replica_to_persist_now() -> None:
+    deps = FakeDeps()
+    fsm = fsm_for(deps)
+    await step_expect(
+        fsm,
+        State.ACQUIRE_PIPELINE,
+        State.START_PIPELINE,
+        State.SEND_PIPELINE_SYNC,
+        State.RECV_PIPELINE_SYNC,
+    )
+    deps.pln._recv_err = RuntimeError("peer gone")
+    await step_expect(fsm, State.ERROR)
+    assert deps.replica.flushes == 1
+
+
+async def test_a_failed_acknowledgement_asks_the_replica_to_persist_now() -> None:
+    deps = FakeDeps()
+    fsm = await _at_preconditions(deps)
+    await step_expect(fsm, State.STREAM_CONTENT)
+    await fsm.on_stream_content(pb2.AppendRequest(content=b"abc"), None)
+    await fsm.on_stream_content(pb2.AppendRequest(), None)
+    await fsm.on_stream_content(None, None)
+    assert fsm.state == State.READ_ACKNOWLEDGEMENTS
+    deps.pln._recv_err = RuntimeError("peer gone")
+    await step_expect(fsm, State.ERROR)
+    assert deps.replica.flushes == 1 and "peer gone" in str(fsm.err)

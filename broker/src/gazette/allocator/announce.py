@@ -107,6 +107,20 @@ async def announce(
         await sleep(retry_interval)
 
 
+async def grant_lease_retrying(
+    client: aetcd.Client, ttl: int, *, backoff: float = 1.0, sleep: Sleep = asyncio.sleep
+) -> int:
+    """Grant a lease, retrying while etcd is unreachable (with back-off up to 10 s)."""
+    delay = backoff
+    while True:
+        try:
+            return await grant_lease(client, ttl)
+        except errors.EtcdError as e:
+            log.warning("%s (will retry in %.1fs)", e, delay)
+        await sleep(delay)
+        delay = min(delay * 2, 10.0)
+
+
 async def grant_lease(client: aetcd.Client, ttl: int) -> int:
     try:
         lease = await client.lease(ttl)
@@ -123,28 +137,72 @@ async def revoke_lease(client: aetcd.Client, lease_id: int) -> None:
 
 
 async def keep_alive(
-    client: aetcd.Client, lease_id: int, ttl: int, *, sleep: Sleep = asyncio.sleep
+    client: aetcd.Client,
+    lease_id: int,
+    ttl: int,
+    *,
+    sleep: Sleep = asyncio.sleep,
+    health: LeaseHealth | None = None,
 ) -> None:
-    """Refresh the lease every ttl/3 until cancelled; raise LeaseLost once it can't be.
+    """Refresh the lease every ttl/3 until cancelled; raise LeaseLost once etcd says it's gone.
 
-    Failed refreshes are retried until the lease would have expired.
+    A failed refresh is retried. ``health`` (if given) tracks until when the lease
+    is surely still valid, counted from the *sending* of the last successful
+    refresh, so that this broker stops serving as a member no later than etcd
+    could expire the lease. Past that point the broker is in doubt, not lost:
+    etcd may still hold the lease (an etcd restart extends every lease), and a
+    later successful refresh ends the doubt. Only etcd's own answer that the
+    lease is gone raises :class:`~gazette.allocator.errors.LeaseLost`.
     """
     interval = max(ttl / 3.0, 0.1)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + ttl
+    health = health or LeaseHealth()
     while True:
+        sent = loop.time()
         try:
             await ks_etcd.kv_stub(client)  # connects if needed
             reply = await client.refresh_lease(lease_id)
         except (aetcd.exceptions.ClientError, ks_errors.EtcdError, grpc.aio.AioRpcError) as e:
-            log.warning("lease %x keep-alive failed (will retry): %s", lease_id, e)
+            health.failed(loop.time(), f"lease {lease_id:x} keep-alive failed: {e}")
         else:
             if reply is None or reply.TTL <= 0:
                 raise errors.LeaseLost(lease_id)
-            deadline = loop.time() + reply.TTL
-        if loop.time() >= deadline:
-            raise errors.LeaseLost(lease_id)
+            health.refreshed(sent + reply.TTL)
         await sleep(interval)
+
+
+class LeaseHealth:
+    """Whether a member's lease is surely valid, as its keep-alives tell.
+
+    ``on_doubt`` is called when a keep-alive first fails (the broker then stores
+    what it holds); ``valid_until`` is the monotonic time until which etcd cannot
+    have expired the lease.
+    """
+
+    def __init__(self, on_doubt: Callable[[], None] | None = None) -> None:
+        self.valid_until = float("inf")
+        self.on_doubt = on_doubt
+        self._failing = False
+
+    def valid(self, now: float) -> bool:
+        return now < self.valid_until
+
+    def failed(self, now: float, why: str) -> None:
+        left = self.valid_until - now
+        if left > 0:
+            log.warning("%s (will retry; lease surely valid for %.1fs more)", why, left)
+        else:
+            log.warning("%s (will retry; lease may have expired: not serving as a member)", why)
+        if not self._failing:
+            self._failing = True
+            if self.on_doubt is not None:
+                self.on_doubt()
+
+    def refreshed(self, valid_until: float) -> None:
+        if self._failing:
+            log.warning("lease keep-alive succeeded again")
+        self._failing = False
+        self.valid_until = valid_until
 
 
 class Session:
@@ -181,6 +239,8 @@ class Session:
         self.announcement: Announcement | None = None
         self.lease_id = 0
         self.observed: ObservedState | None = None
+        self.lease = LeaseHealth()
+        """Until when our lease is surely valid; set ``lease.on_doubt`` to be told of doubt."""
         self.ready = asyncio.Event()
         """Set once announced and the KeySpace is loaded."""
 
@@ -190,31 +250,45 @@ class Session:
 
     async def run(self) -> None:
         while True:
+            gone: BaseException | None = None
             try:
                 await self._run_once()
                 return
-            except* (errors.LeaseLost, errors.MemberKeyMissing) as eg:
+            except* (errors.LeaseLost, errors.MemberKeyMissing, errors.EtcdError) as eg:
                 # Raised from within the session's task group, so they arrive
-                # wrapped in an ExceptionGroup (with anything else that failed
+                # wrapped in an exception group (with anything else that failed
                 # alongside, which this block leaves to propagate).
-                if not self.config.reannounce or self._exit.is_set():
+                if not self.config.reannounce and not self._exit.is_set():
                     raise
-                log.warning(
-                    "member %s lost (%s): announcing again", self.member_key, eg.exceptions[0]
-                )
+                gone = eg.exceptions[0]
+            if self._exit.is_set():
+                # Exiting, and our key or lease is gone: so are our assignments.
+                log.warning("member %s gone while exiting: %s", self.member_key, gone)
+                return
+            log.warning("member %s lost (%s): announcing again", self.member_key, gone)
             self.ready.clear()
             await self._sleep(self.config.reannounce_backoff)
 
     async def _run_once(self) -> None:
         cfg = self.config
-        self.lease_id = await grant_lease(self.client, cfg.lease_ttl)
+        granted_at = asyncio.get_running_loop().time()
+        self.lease_id = await grant_lease_retrying(
+            self.client, cfg.lease_ttl, backoff=cfg.reannounce_backoff, sleep=self._sleep
+        )
+        self.lease.refreshed(granted_at + cfg.lease_ttl)
         try:
             async with asyncio.TaskGroup() as tg:
                 # Kept alive from its grant on: announcing may wait out a
                 # previous incarnation's key for longer than our own TTL (a
                 # broker restarted after SIGKILL; test_session.py).
                 keeper = tg.create_task(
-                    keep_alive(self.client, self.lease_id, cfg.lease_ttl, sleep=self._sleep),
+                    keep_alive(
+                        self.client,
+                        self.lease_id,
+                        cfg.lease_ttl,
+                        sleep=self._sleep,
+                        health=self.lease,
+                    ),
                     name="lease keep-alive",
                 )
                 self.announcement = await announce(
@@ -261,7 +335,14 @@ class Session:
         await self._exit.wait()
         assert self.announcement is not None
         log.info("member %s exiting: draining assignments", self.member_key)
-        await self.announcement.update(self.exiting_spec)
+        while True:
+            try:
+                await self.announcement.update(self.exiting_spec)
+                return
+            except errors.EtcdError as e:
+                # etcd is away: keep trying (the caller bounds how long it waits).
+                log.warning("marking member %s exiting: %s (will retry)", self.member_key, e)
+                await self._sleep(self.config.reannounce_backoff)
 
 
 class _suppress_etcd:

@@ -6,6 +6,7 @@ Hierarchy::
     ├── CodecError                  undecodable or truncated fragment bytes, unknown codec
     ├── IndexClosedError            a blocked Index.query woken because its index closed
     ├── FragmentReadError           a store's fragment did not decode to exactly its span
+    ├── SpoolWriteError             the local spool file could not be written (disk full)
     └── StoreError                  a fragment store operation failed (``store`` = its URL)
         ├── StoreConfigError        the store URL could not be turned into a store
         │                           (unknown scheme, unknown query key, no S3 region)
@@ -38,6 +39,15 @@ class FragmentReadError(FragmentError):
     def __init__(self, message: str, *, fragment_name: str) -> None:
         super().__init__(message)
         self.fragment_name = fragment_name
+
+
+class SpoolWriteError(FragmentError):
+    """Content could not be written to the local spool file (e.g. the disk is full).
+
+    Go's spool retries such writes forever (``broker/fragment/spool.go``); we fail
+    the request instead, so that the append fails and its client retries, rather
+    than every append of the journal hanging until space comes back.
+    """
 
 
 class StoreError(FragmentError):

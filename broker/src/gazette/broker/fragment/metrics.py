@@ -1,4 +1,4 @@
-"""Prometheus metrics of spools, with Gazette's names (broker.md §11.4)."""
+"""Prometheus metrics of spools, with Gazette's names where Gazette has one."""
 
 from __future__ import annotations
 
@@ -21,4 +21,9 @@ SPOOL_COMPLETED_TOTAL = prometheus_client.Counter(
 )
 SPOOL_PERSISTED_TOTAL = prometheus_client.Counter(
     "gazette_spool_persisted_total", "Total number of Spools persisted."
+)
+# Not in Gazette (whose spool retries failed writes forever): appends failed by it.
+SPOOL_WRITE_FAILURES_TOTAL = prometheus_client.Counter(
+    "gazette_spool_write_failures_total",
+    "Total number of spool content writes that failed (e.g. a full disk), failing their append.",
 )

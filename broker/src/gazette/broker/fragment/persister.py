@@ -1,20 +1,29 @@
-"""Persister: uploads completed spools to the journal's fragment store (broker.md §4.7).
+"""Persister: uploads completed spools to the journal's fragment store.
 
-A spool completed on its primary is uploaded at once (at most 32 at a time).
-A replica's copy is queued and tried on the tick after next (queues rotate
-A <- B <- C <- new each minute), by when the primary has normally stored it
-and the replica's attempt finds it there. Uploads are checked with ``exists``
-first, compressed with the spool's codec if not done already, and retried
-until they succeed; stopping drains every queue.
+Every completed spool is uploaded by every broker that holds a copy of it: a
+primary's copy at once, a replica's after ``replica_delay`` (by when the
+primary has normally stored it, so the replica's attempt is a cheap
+``exists``). Gazette instead holds replica copies for one to two minutes
+(``broker/fragment/persister.go``), which lets a failure of the primary and
+its replicas within that window lose acknowledged bytes; a short delay keeps
+most of the saving of duplicate uploads without that window. :meth:`Persister.hurry`
+starts every delayed upload now (the broker is stopping, or its etcd lease is
+in doubt).
+
+Uploads are checked with ``exists`` first, compressed with the spool's codec
+if not done already, and retried with back-off until they succeed, also while
+stopping: a broker does not drop a fragment it holds because it is exiting.
 
 The persister takes the *current* JournalSpec through ``lookup_spec`` (a
-spool whose journal was deleted is dropped) and runs inside a TaskGroup via
-:meth:`Persister.serve`, ended by :meth:`Persister.stop`.
+spool whose journal was deleted is dropped) and runs via
+:meth:`Persister.serve`, which returns after :meth:`Persister.stop` once every
+upload finished.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 from collections.abc import Awaitable, Callable
@@ -30,14 +39,15 @@ _GO_ZERO_TIME = datetime.datetime(1, 1, 1, tzinfo=datetime.UTC)
 
 @dataclass(frozen=True)
 class PersisterConfig:
-    # Period of the replica queue rotation.
-    interval: float = 60.0
-    # Bound on concurrent uploads of primary spools.
+    # How long a replica's copy waits before its (usually exists-only) upload.
+    replica_delay: float = 2.0
+    # Bound on concurrent uploads.
     max_concurrent: int = 32
     # An upload taking longer than this is abandoned and retried.
     upload_timeout: float = 300.0
-    # Pause between draining passes at stop, while uploads keep failing.
-    drain_retry_interval: float = 1.0
+    # Back-off between attempts of a failing upload: doubles from the first to the last.
+    retry_interval: float = 1.0
+    max_retry_interval: float = 30.0
 
 
 PersistFn = Callable[[spool.Spool, pb.JournalSpec, bool], Awaitable[None]]
@@ -109,92 +119,85 @@ class Persister:
         self._lookup_spec = lookup_spec
         self.config = config
         self._persist_fn: PersistFn = persist_fn or self._default_persist
-        self._qa: list[spool.Spool] = []
-        self._qb: list[spool.Spool] = []
-        self._qc: list[spool.Spool] = []
-        self._urgent: asyncio.Queue[spool.Spool | None] = asyncio.Queue()
+        self._tg: asyncio.TaskGroup | None = None
+        self._early: list[tuple[spool.Spool, bool]] = []  # Completed before serve().
+        self._pending = 0
+        self._hurry = asyncio.Event()
         self._stopping = asyncio.Event()
-        self._dispatch_closed = False
-        self._inflight = 0  # Primary uploads dispatched and not yet finished.
-        self._upload_done = asyncio.Event()
+        self._sem = asyncio.Semaphore(config.max_concurrent)
+        self._idle = asyncio.Event()  # Set while nothing is pending.
+        self._idle.set()
 
     async def _default_persist(self, sp: spool.Spool, spec: pb.JournalSpec, exiting: bool) -> None:
         await persist(self._registry, sp, spec, exiting, upload_timeout=self.config.upload_timeout)
 
     @property
     def queued(self) -> int:
-        """Spools waiting in the replica queues."""
-        return len(self._qa) + len(self._qb) + len(self._qc)
+        """Completed spools not yet stored (waiting, uploading or retrying)."""
+        return self._pending
 
     def spool_complete(self, sp: spool.Spool, primary: bool) -> None:
         if sp.content_length == 0:
             return
-        if primary and not self._dispatch_closed:
-            self._urgent.put_nowait(sp)
+        self._pending += 1
+        self._idle.clear()
+        if self._tg is None:
+            self._early.append((sp, primary))
         else:
-            self._qc.append(sp)
+            self._tg.create_task(self._upload(sp, primary), name=f"persist {sp.journal}")
+
+    def hurry(self) -> None:
+        """Start every delayed upload now, and every later one at once."""
+        if not self._hurry.is_set():
+            log.info("persisting %d completed spools without delay", self._pending)
+        self._hurry.set()
 
     def stop(self) -> None:
-        """Ask :meth:`serve` to drain every queue and return."""
+        """Ask :meth:`serve` to return once every upload finished."""
+        self._hurry.set()
         self._stopping.set()
-        self._urgent.put_nowait(None)
 
     async def serve(self) -> None:
-        """Run uploads until :meth:`stop`, then drain."""
-        sem = asyncio.Semaphore(self.config.max_concurrent)
+        """Run uploads until :meth:`stop`, then finish every one of them."""
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(self._dispatch_urgent(tg, sem))
-            await self._tick_loop()
+            self._tg = tg
+            early, self._early = self._early, []
+            for sp, primary in early:
+                tg.create_task(self._upload(sp, primary), name=f"persist {sp.journal}")
+            await self._stopping.wait()
+            if self._pending:
+                log.warning("persisting %d completed spools before exiting", self._pending)
+            tg.create_task(self._report_drain(), name="persister drain progress")
+        self._tg = None
 
-    async def _dispatch_urgent(self, tg: asyncio.TaskGroup, sem: asyncio.Semaphore) -> None:
-        async def upload(sp: spool.Spool) -> None:
-            try:
-                async with sem:
-                    await self.attempt_persist(sp, exiting=self._stopping.is_set())
-            finally:
-                self._inflight -= 1
-                self._upload_done.set()
+    async def _report_drain(self) -> None:
+        while self._pending:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(5.0):
+                    await self._idle.wait()
+            if self._pending:
+                log.warning("still persisting %d completed spools", self._pending)
 
-        def spawn(sp: spool.Spool) -> None:
-            self._inflight += 1
-            tg.create_task(upload(sp))
-
-        while (sp := await self._urgent.get()) is not None:
-            spawn(sp)
-        # Stopping: later completions go to the queues, which the tick loop drains.
-        self._dispatch_closed = True
-        while not self._urgent.empty():
-            if (sp := self._urgent.get_nowait()) is not None:
-                spawn(sp)
-        self._upload_done.set()
-
-    async def _tick_loop(self) -> None:
-        exiting = False
-        while True:
-            if not exiting:
-                try:
-                    async with asyncio.timeout(self.config.interval):
-                        await self._stopping.wait()
-                    exiting = True
-                except TimeoutError:
-                    pass
-            failed = False
-            for sp in self._qa:
-                failed = not await self.attempt_persist(sp, exiting=exiting) or failed
-            self._qa, self._qb, self._qc = self._qb, self._qc, []
-            if not exiting:
-                continue
-            if not (self._qa or self._qb or self._qc):
-                if self._dispatch_closed and self._inflight == 0:
-                    return
-                # Primary uploads (dispatched or still to be) may fail into the queues.
-                self._upload_done.clear()
-                await self._upload_done.wait()
-            elif failed:
-                await asyncio.sleep(self.config.drain_retry_interval)
+    async def _upload(self, sp: spool.Spool, primary: bool) -> None:
+        try:
+            if not primary and not self._hurry.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.config.replica_delay):
+                        await self._hurry.wait()
+            backoff = self.config.retry_interval
+            while True:
+                async with self._sem:
+                    if await self.attempt_persist(sp, exiting=self._stopping.is_set()):
+                        return
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.config.max_retry_interval)
+        finally:
+            self._pending -= 1
+            if not self._pending:
+                self._idle.set()
 
     async def attempt_persist(self, sp: spool.Spool, *, exiting: bool) -> bool:
-        """Persist ``sp``; on failure queue it again. True unless it was re-queued."""
+        """Persist ``sp`` once; False if it failed (and should be tried again)."""
         if sp.content_length == 0:
             return True
         spec = self._lookup_spec(sp.journal)
@@ -204,9 +207,14 @@ class Persister:
             return True
         try:
             await self._persist_fn(sp, spec, exiting)
-        except Exception as e:  # noqa: BLE001 (any failure is retried on a later tick)
-            log.warning("failed to persist spool of %s (will retry): %r", sp.journal, e)
-            self._qc.append(sp)
+        except Exception as e:  # noqa: BLE001 (any failure is retried with back-off)
+            log.warning(
+                "failed to persist fragment [%d, %d) of %s (will retry): %s",
+                sp.begin,
+                sp.end,
+                sp.journal,
+                e,
+            )
             return False
         metrics.SPOOL_PERSISTED_TOTAL.inc()
         return True

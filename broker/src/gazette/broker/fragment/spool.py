@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gazette.broker import protocol as pb
-from gazette.broker.fragment import codecs, cover_set, files, metrics
+from gazette.broker.fragment import codecs, cover_set, errors, files, metrics
 
 log = logging.getLogger(__name__)
 
@@ -215,20 +215,22 @@ class Spool:
                 f"invalid ContentDelta ({content_delta}; expected {self._delta})"
             )
         offset = self.content_length + self._delta
-        while True:
-            try:
-                if self.file is None:
-                    if self.content_length != 0:
-                        raise AssertionError("spool fragment not empty, but has no file")
-                    self.file = files.SpoolFile.create(self.config.directory)
-                if len(content) >= self.config.threaded_write_size:
-                    await asyncio.to_thread(self.file.pwrite, content, offset)
-                else:
-                    self.file.pwrite(content, offset)
-                break
-            except OSError as e:
-                log.error("failed to write spool content (will retry): %s", e)
-                await asyncio.sleep(self.config.retry_interval)
+        try:
+            if self.file is None:
+                if self.content_length != 0:
+                    raise AssertionError("spool fragment not empty, but has no file")
+                self.file = files.SpoolFile.create(self.config.directory)
+            if len(content) >= self.config.threaded_write_size:
+                await asyncio.to_thread(self.file.pwrite, content, offset)
+            else:
+                self.file.pwrite(content, offset)
+        except OSError as e:
+            # Nothing is counted as written: the delta is unchanged, so the rollback
+            # that follows the failed append ignores whatever part reached the file.
+            metrics.SPOOL_WRITE_FAILURES_TOTAL.inc()
+            raise errors.SpoolWriteError(
+                f"writing spool content of {self.journal}: {e.strerror or e}"
+            ) from e
         if len(content) >= self.config.threaded_write_size:
             await asyncio.to_thread(self._summer.update, content)
         else:

@@ -180,6 +180,7 @@ class JournalServicer(pb2_grpc.JournalServicer):
         pb.validate(req)
         if not req.HasField("header"):
             raise errors.StreamError("expected first ReplicateRequest to have Header")
+        self.svc.check_lease()  # A replica past its lease must not help an old primary commit.
 
         while True:
             res = await self.svc.resolve(
@@ -204,6 +205,7 @@ class JournalServicer(pb2_grpc.JournalServicer):
                 break
 
         rep = res.replica
+        broken = True  # Until the primary's EOF: see Replica.return_spool.
         try:
             header: pb.Header | None = res.header
             while True:
@@ -217,16 +219,14 @@ class JournalServicer(pb2_grpc.JournalServicer):
                     raise errors.PipelineError(f"no ack requested but status != OK: {resp}")
                 nxt = await context.read()
                 if nxt is grpc.aio.EOF:
+                    broken = False
                     return
                 assert isinstance(nxt, pb.ReplicateRequest)
                 req = nxt
                 pb.validate(req)
         finally:
             # Whatever ended the stream, uncommitted content is rolled back.
-            frag = pb.Fragment()
-            frag.CopyFrom(sp.spec)
-            await sp.must_apply(pb.ReplicateRequest(proposal=frag, registers=sp.registers))
-            rep.spool_slot.put_nowait(sp)
+            await rep.return_spool(sp, broken=broken)
 
     # -- Read ---------------------------------------------------------------------------
 

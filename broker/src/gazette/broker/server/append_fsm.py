@@ -120,6 +120,8 @@ class Index(Protocol):
 
 class Replica(Protocol):
     @property
+    def journal(self) -> str: ...
+    @property
     def index(self) -> Any: ...
     @property
     def spool_slot(self) -> asyncio.Queue[Any]: ...
@@ -127,6 +129,9 @@ class Replica(Protocol):
     def pipeline_slot(self) -> asyncio.Queue[Any]: ...
     @property
     def flow(self) -> Any: ...
+
+    def request_flush(self) -> None: ...
+    def head_recovery_ready(self, spool_end: int, index_end: int) -> bool: ...
 
 
 class Resolution(Protocol):
@@ -382,6 +387,11 @@ class AppendFSM:
         self.registers = _copy_labels(spool.registers)
         self.pln = self.deps.new_pipeline(self.resolved, spool)
         self.pln_header = True
+        if spool.spec.begin != spool.spec.end:
+            # A new pipeline follows a route change or a failed one: its members
+            # roll their spools in the sync, so that what they hold is persisted
+            # now (the primary's copy at once) instead of at the next roll.
+            self.roll_to_offset = spool.spec.end
         self.state = State.SEND_PIPELINE_SYNC
 
     async def _on_send_pipeline_sync(self) -> None:
@@ -404,6 +414,7 @@ class AppendFSM:
         if self.err is not None:
             self.pln = None
             await pln.shutdown(True)
+            self._replica().request_flush()  # A member is failing: store our copy now.
             self.err = errors.PipelineError(f"gatherSync: {self.err}")
             self.state = State.ERROR
         elif self.roll_to_offset != 0:
@@ -488,6 +499,16 @@ class AppendFSM:
             self.state = State.SEND_PIPELINE_SYNC
             return
         if spool_end != max_offset and self.req.offset == 0 and pb.journal_may_write(spec):
+            if replica.head_recovery_ready(spool_end, index_max):
+                log.warning(
+                    "journal %s resumes at %d, the end of its persisted fragments: content"
+                    " that was appended past it and never persisted is lost",
+                    self.req.journal,
+                    index_max,
+                )
+                self.roll_to_offset = index_max
+                self.state = State.SEND_PIPELINE_SYNC
+                return
             res.status = Status.INDEX_HAS_GREATER_OFFSET
             self.state = State.ERROR
             return
@@ -715,9 +736,12 @@ class AppendFSM:
             if not close_after.done():
                 close_after.set_result(None)
 
+        recv_err = pln.recv_err()
+        if send_err is not None or recv_err is not None:
+            self._replica().request_flush()  # A member is failing: store our copy now.
         if self.err is not None or res.status != Status.OK:
             self.state = State.ERROR
-        elif (recv_err := pln.recv_err()) is not None:
+        elif recv_err is not None:
             self.err = errors.PipelineError(str(recv_err))
             self.state = State.ERROR
         elif send_err is not None:

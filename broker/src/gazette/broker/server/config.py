@@ -96,6 +96,7 @@ class BrokerConfig:
     max_grpc_recv_size: int = 4 << 20
     watch_delay_s: float = 0.030
     auto_suspend: bool = False
+    drain_timeout_s: float = 60.0
 
     @property
     def endpoint(self) -> str:
@@ -292,6 +293,15 @@ _FLAGS: tuple[tuple[str, str, str, Callable[[str], Any], object, str], ...] = (
         _bool,
         False,
         "Suspend journals idle for 15 pulses",
+    ),
+    (
+        "--broker.drain-timeout",
+        "BROKER_DRAIN_TIMEOUT",
+        "broker.drain_timeout_s",
+        _duration_s,
+        60.0,
+        "On SIGTERM, how long to wait for the journals to move to other brokers "
+        "before stopping anyway; every spool is persisted either way (Go duration)",
     ),
     (
         "--etcd.address",

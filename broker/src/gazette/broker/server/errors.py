@@ -12,7 +12,8 @@ Hierarchy::
     ├── PipelineError                 a replication peer failed or disagreed
     ├── ResolutionError               header from a foreign cluster / process, or stopping
     ├── Cancelled                     the client went away mid-RPC
-    └── ReplicaStopped                the local replica was shut down under the RPC
+    ├── ReplicaStopped                the local replica was shut down under the RPC
+    └── LeaseInDoubt                  etcd unreachable past our lease: no writes served
 
 Application outcomes (journal not found, wrong offset, ...) are never
 exceptions: they travel as a ``protocol.Status`` in the response. Exceptions
@@ -91,6 +92,17 @@ class ReplicaStopped(BrokerServerError):
         self.journal = journal
 
 
+class LeaseInDoubt(BrokerServerError):
+    """This broker's etcd lease may have expired (etcd unreachable): it serves no writes.
+
+    Its assignments may already be another broker's; appending or replicating
+    now could fork the journal. Clients see UNAVAILABLE and retry.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("broker's etcd lease may have expired (etcd unreachable); retry")
+
+
 def grpc_status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """Map an exception escaping an RPC to the gRPC (code, details) to end it with.
 
@@ -100,4 +112,6 @@ def grpc_status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.CANCELLED, "context canceled"
     if isinstance(exc, TimeoutError):
         return grpc.StatusCode.DEADLINE_EXCEEDED, "context deadline exceeded"
+    if isinstance(exc, LeaseInDoubt):
+        return grpc.StatusCode.UNAVAILABLE, str(exc)
     return grpc.StatusCode.UNKNOWN, str(exc) or type(exc).__name__

@@ -70,3 +70,9 @@ write_head = prom.Gauge(
     "Current write head of a journal served by this broker as primary.",
     ["journal"],
 )
+
+# Not in Gazette, which refuses such journals until an operator resets their head.
+JOURNAL_HEAD_RECOVERIES = prom.Counter(
+    "gazette_journal_head_recoveries",
+    "Journals resumed at the end of their persisted fragments after losing an unpersisted tail.",
+)

@@ -14,9 +14,17 @@ Life of a broker:
    ``GET``/``HEAD``/``PUT /<journal>``, proxied to our own gRPC endpoint) with
    the diagnostics ``/debug/ready`` and ``/debug/metrics``.
 4. On SIGTERM or SIGINT: mark the member exiting; the allocator moves every
-   journal away; when none is left the session revokes the lease. Then local
-   replicas stop (rolling their spools), the gRPC server stops gracefully,
-   the KeySpace watch ends and the persister drains every queued fragment.
+   journal away, for at most ``--broker.drain-timeout`` (and not at all when
+   every broker is exiting: there is nowhere to go). Then local replicas stop
+   (rolling their spools), the gRPC server stops gracefully, the persister
+   stores every completed spool (retrying until it can), and only then is the
+   lease revoked, which hands journals still assigned here to other brokers.
+   The process exits 0.
+
+While etcd is unreachable the broker keeps serving on its current routes for
+as long as its lease is surely valid; at the first failed keep-alive it
+persists everything it holds, and past the lease it serves no writes
+(:class:`~gazette.broker.server.errors.LeaseInDoubt`) until etcd answers again.
 """
 
 from __future__ import annotations
@@ -30,7 +38,6 @@ import os
 import signal
 import socket
 import sys
-import time
 
 import grpc
 
@@ -188,6 +195,7 @@ async def serve(cfg: config.Config, *, stop: asyncio.Event | None = None) -> Non
 
             svc: service.Service
             pers = persister.Persister(registry, lambda j: svc.lookup_spec(j))
+            session.lease.on_doubt = lambda: svc.persist_all_now()
             svc = service.Service(
                 client,
                 observed,
@@ -202,7 +210,10 @@ async def serve(cfg: config.Config, *, stop: asyncio.Event | None = None) -> Non
                     auto_suspend=bcfg.auto_suspend,
                     spool=spool.SpoolConfig(directory=bcfg.spool_dir or None),
                     max_message_size=bcfg.max_grpc_recv_size,
+                    # A gap must outlast any earlier member's lease: see head_recovery_ready.
+                    recovery_delay=lease_ttl + 2.0,
                 ),
+                lease_valid=lambda: session.lease.valid(loop.time()),
             )
             persister_task = tg.create_task(pers.serve(), name="persister")
             replicas_task = tg.create_task(svc.run(), name="replicas")
@@ -225,11 +236,7 @@ async def serve(cfg: config.Config, *, stop: asyncio.Event | None = None) -> Non
 
             await asyncio.wait((session_task, stop_task), return_when=asyncio.FIRST_COMPLETED)
             if not session_task.done():
-                log.warning("signalled to stop: draining journal assignments")
-                session.request_exit()
-                started = time.monotonic()
-                await session_task  # Returns once drained, after revoking our lease.
-                log.warning("assignments drained in %.1fs", time.monotonic() - started)
+                await _drain(session, session_task, bcfg.drain_timeout_s)
             stop_task.cancel()
             ready = False
 
@@ -239,6 +246,12 @@ async def serve(cfg: config.Config, *, stop: asyncio.Event | None = None) -> Non
             watch_task.cancel()
             pers.stop()
             await persister_task
+            if not session_task.done():
+                # Journals still assigned here go to other brokers once our lease
+                # is revoked: only now, with everything we held persisted.
+                session_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await session_task
             await svc.peers.close()
             await debug.close()
             log.warning("broker stopped")
@@ -247,6 +260,41 @@ async def serve(cfg: config.Config, *, stop: asyncio.Event | None = None) -> Non
         await debug.close()
         with contextlib.suppress(keyspace.errors.KeySpaceError, OSError):
             await client.close()
+
+
+async def _drain(
+    session: allocator.Session, session_task: asyncio.Task[None], limit_s: float
+) -> None:
+    """Mark the member exiting and wait (boundedly) until its journals moved away."""
+    log.warning("signalled to stop: draining journal assignments (for up to %.0fs)", limit_s)
+    session.request_exit()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    deadline = started + limit_s
+    while not session_task.done():
+        observed = session.observed
+        if observed is not None and _nowhere_to_go(observed.state):
+            log.warning(
+                "every broker is exiting: stopping with %d journals assigned here",
+                len(observed.state.local_items),
+            )
+            return
+        if loop.time() >= deadline:
+            held = len(observed.state.local_items) if observed is not None else -1
+            log.warning(
+                "assignments did not drain in %.0fs (%d journals still assigned here);"
+                " stopping anyway, after persisting every spool",
+                limit_s,
+                held,
+            )
+            return
+        await asyncio.wait({session_task}, timeout=0.5)
+    session_task.result()
+    log.warning("assignments drained in %.1fs", loop.time() - started)
+
+
+def _nowhere_to_go(state: allocator.State) -> bool:
+    return bool(state.members) and all(kv.decoded.exiting for kv in state.members)
 
 
 def run(cfg: config.Config) -> int:

@@ -15,7 +15,16 @@ Two daemons run per replica while it lives:
 * *pulse*: a zero-byte append through the append FSM right away, after every
   route change and every minute. Only the primary gets past resolution; its
   pulse builds the pipeline and writes the Route into the assignment values,
-  which is what lets the allocator see the journal as consistent.
+  which is what lets the allocator see the journal as consistent;
+* *flush*: on request (:meth:`Replica.request_flush`: a Replicate stream from
+  the primary broke, the route changed, the broker's lease is in doubt), rolls
+  the spool to an empty fragment at its end as soon as no pipeline holds it,
+  which hands the committed content to the persister at once instead of
+  leaving it in this broker's memory until the next roll.
+
+A journal whose spool is behind the end of its persisted fragments (every
+broker that held its unpersisted tail is gone) may resume at that end, once
+:meth:`Replica.head_recovery_ready` says it is safe; see there.
 
 On shutdown (the assignment went away, or the broker stops) the replica
 closes its pipeline, rolls its spool to an empty fragment at its end, which
@@ -28,7 +37,9 @@ from the allocator state's local items, in its own TaskGroup.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -36,13 +47,15 @@ from gazette import allocator
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import cover_set, index, spool, stores
 from gazette.broker.fragment import errors as frag_errors
-from gazette.broker.server import flow_control
+from gazette.broker.server import flow_control, metrics
 
 log = logging.getLogger(__name__)
 
 PULSE_INTERVAL = 60.0  # Gazette's healthCheckInterval.
 AUTO_SUSPEND_STABLE_TICKS = 15
 SHUTDOWN_PIPELINE_TIMEOUT = 10.0
+# How long a head gap must have been seen before the journal resumes past it.
+DEFAULT_RECOVERY_DELAY = 20.0
 
 
 class ReplicaHost(Protocol):
@@ -71,6 +84,8 @@ class Replica:
         create_revision: int,
         spool_config: spool.SpoolConfig | None = None,
         pulse_interval: float = PULSE_INTERVAL,
+        recovery_delay: float = DEFAULT_RECOVERY_DELAY,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.journal = journal
         self.host = host
@@ -89,7 +104,15 @@ class Replica:
         # What the last invalidation was computed from.
         self.assignment_revisions: tuple[tuple[str, int], ...] = ()
         self.stores: tuple[str, ...] = ()
+        self.recovery_delay = recovery_delay
+        self._clock = clock
         self._stopping = asyncio.Event()
+        self._flush = asyncio.Event()
+        self._refresh_now = asyncio.Event()
+        # Monotonic time at which the newest applied store listing was started.
+        self.listed_at = -1.0
+        # A head gap seen by the primary: ((spool end, index end), first seen at).
+        self._head_gap: tuple[tuple[int, int], float] | None = None
 
     def __repr__(self) -> str:
         return f"Replica({self.journal}, primary={self.primary})"
@@ -122,6 +145,75 @@ class Replica:
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
+    def request_flush(self) -> None:
+        """Roll the spool and hand its committed content to the persister, soon."""
+        self._flush.set()
+
+    def refresh_now(self) -> None:
+        """List the journal's stores now rather than at the next refresh interval."""
+        self._refresh_now.set()
+
+    async def return_spool(self, sp: spool.Spool, *, broken: bool) -> None:
+        """Give back a spool a Replicate stream held, rolling back uncommitted content.
+
+        ``broken``: the stream ended without the primary's EOF (the primary died or
+        was cut off): what this replica committed may now exist nowhere else, so
+        it is persisted at once.
+        """
+        frag = pb.Fragment()
+        frag.CopyFrom(sp.spec)
+        await sp.must_apply(pb.ReplicateRequest(proposal=frag, registers=sp.registers))
+        self.spool_slot.put_nowait(sp)
+        if broken:
+            self.request_flush()
+
+    def head_recovery_ready(self, spool_end: int, index_end: int) -> bool:
+        """Whether the primary may resume the journal at ``index_end`` > ``spool_end``.
+
+        The persisted fragments end beyond the synchronised spools: every broker
+        that held the content past ``spool_end`` is gone or has stored it. Gazette
+        refuses such appends (INDEX_HAS_GREATER_OFFSET) until an operator acts,
+        since a live earlier primary might still be writing. We resume on our
+        own once the gap was seen for ``recovery_delay`` (at least a member lease:
+        by then an earlier primary cut off from etcd has stopped serving, its
+        lease being gone, and any holder of the tail that is alive has stored it)
+        and a store listing started after that still shows it.
+        """
+        now = self._clock()
+        key = (spool_end, index_end)
+        if self._head_gap is None or self._head_gap[0] != key:
+            self._head_gap = (key, now)
+            log.warning(
+                "journal %s: spools end at %d but persisted fragments reach %d;"
+                " resuming at %d in %.0fs unless the gap closes",
+                self.journal,
+                spool_end,
+                index_end,
+                index_end,
+                self.recovery_delay,
+            )
+            self._schedule_refresh(self.recovery_delay)
+            return False
+        due = self._head_gap[1] + self.recovery_delay
+        if now < due:
+            return False
+        if self.listed_at < due:
+            self.refresh_now()
+            return False
+        self._head_gap = None
+        metrics.JOURNAL_HEAD_RECOVERIES.inc()
+        return True
+
+    def head_recovery_due(self) -> float | None:
+        """Monotonic time at which a pending head recovery may proceed, if any."""
+        if self._head_gap is None:
+            return None
+        return self._head_gap[1] + self.recovery_delay
+
+    def _schedule_refresh(self, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_later(delay, self._refresh_now.set)
+
     # -- Lifetime -----------------------------------------------------------------------
 
     async def serve(self) -> None:
@@ -129,9 +221,11 @@ class Replica:
         log.info("starting local journal replica %s (primary %s)", self.journal, self.primary)
         async with asyncio.TaskGroup() as tg:
             refresh = tg.create_task(self._refresh_daemon(), name=f"refresh {self.journal}")
+            flush = tg.create_task(self._flush_daemon(), name=f"flush {self.journal}")
             tg.create_task(self._pulse_daemon(), name=f"pulse {self.journal}")
             await self._stopping.wait()
             refresh.cancel()
+            flush.cancel()
         await self._shut_down()
 
     async def _refresh_daemon(self) -> None:
@@ -140,6 +234,8 @@ class Replica:
             if spec is None:
                 log.warning("stopped refreshing fragments of %s (JournalSpec gone)", self.journal)
                 return
+            self._refresh_now.clear()
+            started = self._clock()
             try:
                 listing = await index.walk_all_stores(
                     self.host.registry, spec.name, list(spec.fragment.stores)
@@ -148,7 +244,28 @@ class Replica:
                 log.warning("failed to refresh fragments of %s (will retry): %s", self.journal, e)
             else:
                 self.index.replace_remote(listing)
-            await asyncio.sleep(max(1.0, pb.duration_seconds(spec.fragment.refresh_interval)))
+                self.listed_at = started
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(
+                    max(1.0, pb.duration_seconds(spec.fragment.refresh_interval))
+                ):
+                    await self._refresh_now.wait()
+
+    async def _flush_daemon(self) -> None:
+        while True:
+            await self._flush.wait()
+            self._flush.clear()
+            sp = await self.spool_slot.get()
+            try:
+                if sp.content_length != 0:
+                    log.info(
+                        "persisting [%d, %d) of %s now", sp.spec.begin, sp.spec.end, self.journal
+                    )
+                    await sp.must_apply(
+                        pb.ReplicateRequest(proposal=_empty_at_end(sp), registers=sp.registers)
+                    )
+            finally:
+                self.spool_slot.put_nowait(sp)
 
     async def _pulse_daemon(self) -> None:
         stable_ticks = 0
@@ -157,9 +274,13 @@ class Replica:
             waits = [asyncio.ensure_future(self._stopping.wait())]
             if changed is not None:
                 waits.append(asyncio.ensure_future(changed.wait()))
+            timeout = self.pulse_interval
+            if (due := self.head_recovery_due()) is not None:
+                # Pulse again as soon as the journal may resume past its head gap.
+                timeout = min(timeout, max(0.0, due - self._clock()) + 0.1)
             try:
                 done, _ = await asyncio.wait(
-                    waits, timeout=self.pulse_interval, return_when=asyncio.FIRST_COMPLETED
+                    waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
                 )
             finally:
                 for w in waits:
@@ -177,13 +298,18 @@ class Replica:
                 await pln.abort()  # type: ignore[attr-defined]
         sp = await self.spool_slot.get()
         # Roll to an empty fragment at the end: the last fragment goes to the persister.
-        frag = pb.Fragment()
-        frag.CopyFrom(sp.spec)
-        frag.begin = frag.end
-        frag.ClearField("sum")
-        await sp.must_apply(pb.ReplicateRequest(proposal=frag, registers=sp.registers))
+        await sp.must_apply(pb.ReplicateRequest(proposal=_empty_at_end(sp), registers=sp.registers))
         self.index.close()
         # The slots are intentionally left empty: nothing may use this replica again.
+
+
+def _empty_at_end(sp: spool.Spool) -> pb.Fragment:
+    """The proposal that completes ``sp``: an empty fragment at its end."""
+    frag = pb.Fragment()
+    frag.CopyFrom(sp.spec)
+    frag.begin = frag.end
+    frag.ClearField("sum")
+    return frag
 
 
 ReplicaFactory = Callable[[str, bool, int], Replica]
@@ -206,6 +332,9 @@ class ReplicaSet:
 
     def __len__(self) -> int:
         return len(self._replicas)
+
+    def all(self) -> list[Replica]:
+        return list(self._replicas.values())
 
     async def run(self) -> None:
         """Serve replicas until :meth:`stop_all`; returns once every replica shut down."""

@@ -59,6 +59,9 @@ class ServiceConfig:
     spool: spool.SpoolConfig = dataclasses.field(default_factory=spool.SpoolConfig)
     pulse_interval: float = replica.PULSE_INTERVAL
     max_message_size: int = 4 << 20
+    recovery_delay: float = replica.DEFAULT_RECOVERY_DELAY
+    """Seconds a journal's spools must trail its persisted fragments before it resumes
+    at their end (see Replica.head_recovery_ready); at least the member lease."""
 
 
 class Peers:
@@ -122,8 +125,10 @@ class Service:
         config: ServiceConfig = ServiceConfig(),
         *,
         clock: Callable[[], float] = time.time,
+        lease_valid: Callable[[], bool] = lambda: True,
     ) -> None:
         self.etcd = etcd
+        self.lease_valid = lease_valid
         self.observed = observed
         self.registry = registry
         self.persister = persister_
@@ -142,6 +147,7 @@ class Service:
             create_revision=create_revision,
             spool_config=self.config.spool,
             pulse_interval=self.config.pulse_interval,
+            recovery_delay=self.config.recovery_delay,
         )
 
     async def run(self) -> None:
@@ -156,6 +162,21 @@ class Service:
 
     def local_id(self) -> pb.ProcessSpec.ID:
         return self.resolver.local_id()
+
+    def persist_all_now(self) -> None:
+        """Store everything this broker holds without delay (its lease is in doubt).
+
+        Every local replica rolls its spool once no pipeline holds it, and
+        completed replica copies upload at once rather than after their delay.
+        """
+        self.persister.hurry()
+        for rep in self.replicas.all():
+            rep.request_flush()
+
+    def check_lease(self) -> None:
+        """Raise LeaseInDoubt unless our lease is surely valid (writes need it)."""
+        if not self.lease_valid():
+            raise errors.LeaseInDoubt()
 
     def unrouted_header(self) -> pb.Header:
         return resolver.unrouted_header(self.observed, self.local_id())
@@ -297,6 +318,8 @@ class Service:
         min_etcd_revision: int = 0,
         proxy_header: pb.Header | None = None,
     ) -> resolver.Resolution:
+        if require_primary:
+            self.check_lease()  # Appends: an earlier primary must not fork the journal.
         return await self.resolver.resolve(
             journal,
             may_proxy=may_proxy,

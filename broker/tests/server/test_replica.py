@@ -1,0 +1,114 @@
+"""Replica daemons and rules that need no broker: flushes and head recovery."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from gazette.broker import protocol as pb
+from gazette.broker.fragment import spool
+from gazette.broker.server import replica
+
+JOURNAL = "a/journal"
+
+
+class FakeRegistry:
+    def sign_get_url(self, *_: Any) -> str:
+        return ""
+
+
+class FakeHost:
+    def __init__(self) -> None:
+        self.registry: Any = FakeRegistry()
+        self.completed: list[tuple[int, int, bool]] = []
+        self.spec = pb.JournalSpec(name=JOURNAL, replication=1)
+
+    def lookup_spec(self, journal: str) -> pb.JournalSpec | None:
+        return self.spec
+
+    def spool_complete(self, sp: spool.Spool, primary: bool) -> None:
+        self.completed.append((sp.begin, sp.end, primary))
+
+    async def pulse(self, rep: replica.Replica, stable_ticks: int) -> asyncio.Event | None:
+        return None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _commit(sp: spool.Spool, data: bytes) -> None:
+    await sp.apply(pb.ReplicateRequest(content=data, content_delta=0))
+    resp = await sp.apply(pb.ReplicateRequest(proposal=sp.next(), registers=sp.registers))
+    assert resp.status == pb.OK
+
+
+async def test_request_flush_rolls_the_spool_once_it_is_free() -> None:
+    host = FakeHost()
+    rep = replica.Replica(JOURNAL, host, primary=False, create_revision=1, pulse_interval=3600)
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(rep.serve())
+        sp = await rep.spool_slot.get()  # A Replicate stream holds the spool.
+        await _commit(sp, b"hello")
+        rep.request_flush()
+        await asyncio.sleep(0.05)
+        assert host.completed == []  # Not while the stream holds it.
+        await rep.return_spool(sp, broken=False)
+        async with asyncio.timeout(5):
+            while not host.completed:
+                await asyncio.sleep(0.01)
+        assert host.completed == [(0, 5, False)]
+        sp = await rep.spool_slot.get()
+        assert (sp.begin, sp.end) == (5, 5)  # Rolled to an empty fragment at its end.
+        rep.spool_slot.put_nowait(sp)
+        rep.stop()
+
+
+async def test_a_broken_replicate_stream_persists_what_the_replica_committed() -> None:
+    host = FakeHost()
+    rep = replica.Replica(JOURNAL, host, primary=False, create_revision=1, pulse_interval=3600)
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(rep.serve())
+        sp = await rep.spool_slot.get()
+        await _commit(sp, b"acked")
+        await sp.apply(pb.ReplicateRequest(content=b"never committed", content_delta=0))
+        await rep.return_spool(sp, broken=True)  # The primary died mid-append.
+        async with asyncio.timeout(5):
+            while not host.completed:
+                await asyncio.sleep(0.01)
+        assert host.completed == [(0, 5, False)]  # Only the committed content.
+        rep.stop()
+
+
+async def test_head_recovery_waits_for_the_delay_and_a_later_listing() -> None:
+    clock = Clock()
+    rep = replica.Replica(
+        JOURNAL, FakeHost(), primary=True, create_revision=1, recovery_delay=10.0, clock=clock
+    )
+    rep.listed_at = clock.now
+    assert not rep.head_recovery_ready(0, 500)  # First seen: wait.
+    assert rep.head_recovery_due() == 1010.0
+    clock.now = 1009.0
+    assert not rep.head_recovery_ready(0, 500)
+    clock.now = 1011.0
+    assert not rep.head_recovery_ready(0, 500)  # No listing started after the delay yet.
+    rep.listed_at = 1010.5
+    assert rep.head_recovery_ready(0, 500)
+    assert rep.head_recovery_due() is None
+
+
+async def test_a_moving_head_gap_starts_the_wait_again() -> None:
+    clock = Clock()
+    rep = replica.Replica(
+        JOURNAL, FakeHost(), primary=True, create_revision=1, recovery_delay=10.0, clock=clock
+    )
+    assert not rep.head_recovery_ready(0, 500)
+    clock.now += 11
+    rep.listed_at = clock.now
+    # Another broker stored more meanwhile: someone holding the tail is alive.
+    assert not rep.head_recovery_ready(0, 800)
+    assert rep.head_recovery_due() == clock.now + 10
