@@ -195,10 +195,9 @@ async def test_hurry_uploads_replica_spools_now() -> None:
         assert uploads.attempts == 0
         p.hurry()
         await asyncio.wait_for(uploads.changed.wait(), 5)
+        uploads.changed.clear()
         p.spool_complete(late, False)  # After hurry(): at once.
-        async with asyncio.timeout(5):
-            while len(uploads.done) < 2:
-                await asyncio.sleep(0.01)
+        await asyncio.wait_for(uploads.changed.wait(), 5)
         p.stop()
     assert sorted(uploads.done) == [(0, 3, False), (0, 6, False)]
 

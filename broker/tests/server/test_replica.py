@@ -22,12 +22,14 @@ class FakeHost:
         self.registry: Any = FakeRegistry()
         self.completed: list[tuple[int, int, bool]] = []
         self.spec = pb.JournalSpec(name=JOURNAL, replication=1)
+        self.completion = asyncio.Event()
 
     def lookup_spec(self, journal: str) -> pb.JournalSpec | None:
         return self.spec
 
     def spool_complete(self, sp: spool.Spool, primary: bool) -> None:
         self.completed.append((sp.begin, sp.end, primary))
+        self.completion.set()
 
     async def pulse(self, rep: replica.Replica, stable_ticks: int) -> asyncio.Event | None:
         return None
@@ -58,9 +60,7 @@ async def test_request_flush_rolls_the_spool_once_it_is_free() -> None:
         await asyncio.sleep(0.05)
         assert host.completed == []  # Not while the stream holds it.
         await rep.return_spool(sp, broken=False)
-        async with asyncio.timeout(5):
-            while not host.completed:
-                await asyncio.sleep(0.01)
+        await asyncio.wait_for(host.completion.wait(), 5)
         assert host.completed == [(0, 5, False)]
         sp = await rep.spool_slot.get()
         assert (sp.begin, sp.end) == (5, 5)  # Rolled to an empty fragment at its end.
@@ -77,9 +77,7 @@ async def test_a_broken_replicate_stream_persists_what_the_replica_committed() -
         await _commit(sp, b"acked")
         await sp.apply(pb.ReplicateRequest(content=b"never committed", content_delta=0))
         await rep.return_spool(sp, broken=True)  # The primary died mid-append.
-        async with asyncio.timeout(5):
-            while not host.completed:
-                await asyncio.sleep(0.01)
+        await asyncio.wait_for(host.completion.wait(), 5)
         assert host.completed == [(0, 5, False)]  # Only the committed content.
         rep.stop()
 
