@@ -61,10 +61,10 @@ async def _append_lines(stub: pb2_grpc.JournalAsyncStub, name: str, n: int) -> b
     return data
 
 
-async def _wait_appendable(stub: pb2_grpc.JournalAsyncStub, name: str, timeout: float) -> float:
+async def _wait_appendable(stub: pb2_grpc.JournalAsyncStub, name: str, limit_s: float) -> float:
     """Seconds until an append of ``name`` succeeds (retrying every failure)."""
     started = time.monotonic()
-    async with asyncio.timeout(timeout):
+    async with asyncio.timeout(limit_s):
         while True:
             with contextlib.suppress(grpc.aio.AioRpcError):
                 if (await testing.append(stub, name, [b"after\n"])).status == pb.OK:
