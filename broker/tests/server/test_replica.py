@@ -61,7 +61,7 @@ async def test_request_flush_rolls_the_spool_once_it_is_free() -> None:
         assert host.completed == []  # Not while the stream holds it.
         await rep.return_spool(sp, broken=False)
         await asyncio.wait_for(host.completion.wait(), 5)
-        assert host.completed == [(0, 5, False)]
+        assert host.completed == [(0, 5, True)]  # A flush stores at once.
         sp = await rep.spool_slot.get()
         assert (sp.begin, sp.end) == (5, 5)  # Rolled to an empty fragment at its end.
         rep.spool_slot.put_nowait(sp)
@@ -78,7 +78,7 @@ async def test_a_broken_replicate_stream_persists_what_the_replica_committed() -
         await sp.apply(pb.ReplicateRequest(content=b"never committed", content_delta=0))
         await rep.return_spool(sp, broken=True)  # The primary died mid-append.
         await asyncio.wait_for(host.completion.wait(), 5)
-        assert host.completed == [(0, 5, False)]  # Only the committed content.
+        assert host.completed == [(0, 5, True)]  # Only the committed content, stored at once.
         rep.stop()
 
 

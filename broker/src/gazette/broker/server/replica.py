@@ -108,6 +108,7 @@ class Replica:
         self._clock = clock
         self._stopping = asyncio.Event()
         self._flush = asyncio.Event()
+        self._flushing = False
         self._refresh_now = asyncio.Event()
         # Monotonic time at which the newest applied store listing was started.
         self.listed_at = -1.0
@@ -123,7 +124,9 @@ class Replica:
         self.index.spool_commit(fragment)
 
     def spool_complete(self, sp: spool.Spool, primary: bool) -> None:
-        self.host.spool_complete(sp, primary)
+        # A flush's roll is stored at once, as a primary's: it happens because the
+        # other holders of this content may be failing.
+        self.host.spool_complete(sp, primary or self._flushing)
 
     # -- Signals ------------------------------------------------------------------------
 
@@ -261,10 +264,12 @@ class Replica:
                     log.info(
                         "persisting [%d, %d) of %s now", sp.spec.begin, sp.spec.end, self.journal
                     )
+                    self._flushing = True
                     await sp.must_apply(
                         pb.ReplicateRequest(proposal=_empty_at_end(sp), registers=sp.registers)
                     )
             finally:
+                self._flushing = False
                 self.spool_slot.put_nowait(sp)
 
     async def _pulse_daemon(self) -> None:
