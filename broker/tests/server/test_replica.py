@@ -110,3 +110,32 @@ async def test_a_moving_head_gap_starts_the_wait_again() -> None:
     # Another broker stored more meanwhile: someone holding the tail is alive.
     assert not rep.head_recovery_ready(0, 800)
     assert rep.head_recovery_due() == clock.now + 10
+
+
+class FakePipeline:
+    def __init__(self, rep: replica.Replica, sp: spool.Spool) -> None:
+        self.rep, self.sp, self.closed = rep, sp, False
+
+    async def shutdown(self, expect_err: bool) -> None:
+        self.closed = True
+        self.rep.spool_slot.put_nowait(self.sp)
+
+
+async def test_a_primary_flush_closes_its_idle_pipeline_to_reach_the_spool() -> None:
+    # A primary whose lease is in doubt serves no appends, but its idle pipeline
+    # holds the spool: the flush closes it (ending the replicas' streams too).
+    host = FakeHost()
+    rep = replica.Replica(JOURNAL, host, primary=True, create_revision=1, pulse_interval=3600)
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(rep.serve())
+        sp = await rep.spool_slot.get()
+        await _commit(sp, b"held by the pipeline")
+        assert await rep.pipeline_slot.get() is None
+        pln = FakePipeline(rep, sp)
+        rep.pipeline_slot.put_nowait(pln)
+        rep.request_flush()
+        await asyncio.wait_for(host.completion.wait(), 5)
+        assert pln.closed and host.completed == [(0, 20, True)]
+        assert await rep.pipeline_slot.get() is None  # The next append builds a new one.
+        rep.pipeline_slot.put_nowait(None)
+        rep.stop()

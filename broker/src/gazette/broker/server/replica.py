@@ -258,6 +258,15 @@ class Replica:
         while True:
             await self._flush.wait()
             self._flush.clear()
+            # A primary's idle pipeline holds the spool: close it (handing the spool
+            # back, and ending the replicas' streams so that they can flush too).
+            # The next append builds a new one.
+            pln = await self.pipeline_slot.get()
+            try:
+                if pln is not None:
+                    await _close_pipeline(pln, self.journal)
+            finally:
+                self.pipeline_slot.put_nowait(None)
             sp = await self.spool_slot.get()
             try:
                 if sp.content_length != 0:
@@ -295,17 +304,22 @@ class Replica:
     async def _shut_down(self) -> None:
         pln = await self.pipeline_slot.get()
         if pln is not None:
-            try:
-                async with asyncio.timeout(SHUTDOWN_PIPELINE_TIMEOUT):
-                    await pln.shutdown(False)  # type: ignore[attr-defined]
-            except TimeoutError:
-                log.warning("pipeline of %s did not close in time; aborting it", self.journal)
-                await pln.abort()  # type: ignore[attr-defined]
+            await _close_pipeline(pln, self.journal)
         sp = await self.spool_slot.get()
         # Roll to an empty fragment at the end: the last fragment goes to the persister.
         await sp.must_apply(pb.ReplicateRequest(proposal=_empty_at_end(sp), registers=sp.registers))
         self.index.close()
         # The slots are intentionally left empty: nothing may use this replica again.
+
+
+async def _close_pipeline(pln: object, journal: str) -> None:
+    """Close a pipeline with its EOF handshake, or abort it if that takes too long."""
+    try:
+        async with asyncio.timeout(SHUTDOWN_PIPELINE_TIMEOUT):
+            await pln.shutdown(False)  # type: ignore[attr-defined]
+    except TimeoutError:
+        log.warning("pipeline of %s did not close in time; aborting it", journal)
+        await pln.abort()  # type: ignore[attr-defined]
 
 
 def _empty_at_end(sp: spool.Spool) -> pb.Fragment:
