@@ -112,6 +112,15 @@ class JournalServicer(pb2_grpc.JournalServicer):
         except StopAsyncIteration:
             raise errors.StreamError("append stream: unexpected EOF") from None
         pb.validate(first)
+        if not first.journal:
+            # An AppendRequest without a journal is a valid content chunk, so
+            # validation alone lets it through and it then resolves as
+            # JOURNAL_NOT_FOUND. The first message must name its journal: reject
+            # it with the text Read gives an empty journal (test_bad_input).
+            try:
+                pb.validate_journal(first.journal)
+            except pb.ValidationError as e:
+                raise e.within("Journal") from None
         fsm = append_fsm.AppendFSM(self.svc, first, clock=self.svc.clock)
         total, delayed = await self.svc.drive(fsm, it)
         res = fsm.resolved
