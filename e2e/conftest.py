@@ -10,6 +10,8 @@
 * ``namespace``: a fresh namespace per test.
 * ``start_operator``: runs ``python -m gazette.operator`` as a user would, for the
   test's namespaces and prefixes, and waits until it is live.
+* ``chaos_reports``: where the chaos suite (``test_chaos.py``) leaves each
+  scenario's :class:`chaos.report.Report`; the session ends with their table.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from apiserver import kubeapi
 
 from gazette import keyspace
 from gazette.keyspace import testing as etcd_testing
+
+_CHAOS_REPORTS = pytest.StashKey[list[Any]]()
 
 _unavailable: str | None = None
 _build_failure: str | None = None
@@ -174,3 +178,17 @@ def start_operator(
         op.stop()
         if os.environ.get("GAZETTE_E2E_OPERATOR_LOG"):
             print(op.log_text())
+
+
+@pytest.fixture
+def chaos_reports(request: pytest.FixtureRequest) -> list[Any]:
+    return request.config.stash.setdefault(_CHAOS_REPORTS, [])
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    reports = config.stash.get(_CHAOS_REPORTS, [])
+    if reports:
+        from chaos.report import table
+
+        terminalreporter.section("chaos: acknowledged appends under faults")
+        terminalreporter.write_line(table(reports))

@@ -4,7 +4,9 @@
 a given etcd (e.g. :class:`gazette.keyspace.testing.EtcdServer`), each on
 127.0.0.1 with its own ports and spool directory, spread over zones, sharing
 one ``file://`` root. It waits until every broker reports ``/debug/ready``;
-brokers can be killed (SIGKILL), restarted, or stopped gracefully (SIGTERM).
+brokers can be killed (SIGKILL), paused (SIGSTOP / SIGCONT), restarted, or
+stopped gracefully (SIGTERM). A broker that exits without having been signalled
+by the cluster is reported by :meth:`BrokerCluster.exited_on_their_own`.
 Tests, benchmarks and ``make up`` use it; the processes die with their parent.
 
 The async helpers speak ``protocol.Journal`` through a grpc.aio stub:
@@ -99,6 +101,9 @@ class BrokerProcess:
     args: list[str]
     env: dict[str, str]
     proc: subprocess.Popen[bytes] | None = None
+    #: Whether the running (or last) process was signalled to exit by us: a
+    #: process that is gone without it exited on its own (crashed or gave up).
+    signalled: bool = False
 
     @property
     def endpoint(self) -> str:
@@ -117,10 +122,20 @@ class BrokerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def exited_on_its_own(self) -> bool:
+        """The process is gone, and not because :meth:`kill` or :meth:`terminate` asked."""
+        return self.proc is not None and self.proc.poll() is not None and not self.signalled
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
     def start(self) -> None:
         if self.alive:
             raise RuntimeError(f"broker {self.suffix} is already running")
         self.spool_dir.mkdir(parents=True, exist_ok=True)
+        self.signalled = False
         with open(self.log_path, "ab") as log:
             log.write(f"--- starting {time.strftime('%H:%M:%S')}\n".encode())
             log.flush()
@@ -163,15 +178,32 @@ class BrokerProcess:
     def kill(self) -> None:
         """SIGKILL: no graceful anything (spools and uncommitted appends are lost)."""
         if self.proc is not None and self.proc.poll() is None:
+            self.signalled = True
             self.proc.kill()
             self.proc.wait(timeout=30)
+
+    def pause(self) -> None:
+        """SIGSTOP: the process keeps its sockets and state but runs no code (nor keep-alives)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after :meth:`pause`."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+
+    def send_term(self) -> None:
+        """SIGTERM without waiting (see :meth:`terminate`)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.signalled = True
+            self.proc.send_signal(signal.SIGTERM)
 
     def terminate(self, timeout: float = 60.0) -> int | None:
         """SIGTERM and wait for the graceful exit (SIGKILL after ``timeout``)."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.send_term()
             try:
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -280,8 +312,7 @@ class BrokerCluster:
         replication equals the number of brokers): tear-downs use a short timeout.
         """
         for b in self.brokers:
-            if b.alive and b.proc is not None:
-                b.proc.send_signal(signal.SIGTERM)
+            b.send_term()
         deadline = time.monotonic() + timeout
         for b in self.brokers:
             b.terminate(max(0.0, deadline - time.monotonic()))
@@ -289,6 +320,17 @@ class BrokerCluster:
     def kill_all(self) -> None:
         for b in self.brokers:
             b.kill()
+
+    def exited_on_their_own(self) -> list[BrokerProcess]:
+        """Brokers whose process is gone although nobody signalled it (see the module docs)."""
+        return [b for b in self.brokers if b.exited_on_its_own]
+
+    def index_of(self, process_id: pb.ProcessSpec.ID) -> int:
+        """The index of the broker with ``process_id`` (e.g. a route's primary)."""
+        for i, b in enumerate(self.brokers):
+            if b.zone == process_id.zone and b.suffix == process_id.suffix:
+                return i
+        raise KeyError(f"no broker {process_id.zone}/{process_id.suffix} in this cluster")
 
     def logs(self, lines: int = 40) -> str:
         return "\n".join(f"== {b.suffix}\n{b.log_tail(lines)}" for b in self.brokers)

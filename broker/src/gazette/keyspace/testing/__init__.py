@@ -318,6 +318,41 @@ class EtcdServer:
                 shutil.rmtree(self._work_dir, ignore_errors=True)
                 self._work_dir = None
 
+    def kill(self) -> None:
+        """SIGKILL etcd, keeping its data directory and ports for :meth:`restart`.
+
+        The fault suites (``e2e/chaos``) use it to take etcd away from running
+        brokers without the courtesy of a clean shutdown.
+        """
+        proc, self._proc = self._proc, None
+        if proc is None:
+            raise RuntimeError("EtcdServer is not running")
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+    def restart(self, timeout: float = 30.0) -> None:
+        """Start etcd again on the same ports and data directory (after :meth:`kill`).
+
+        Clients keep their endpoint. The ports are retried for up to ``timeout``
+        seconds, since a just-killed listener's port may linger briefly.
+        """
+        if self._proc is not None:
+            raise RuntimeError("EtcdServer is still running")
+        if self._work_dir is None or not self.client_port:
+            raise RuntimeError("EtcdServer was never started")
+        deadline = time.monotonic() + timeout
+        while True:
+            self._spawn()
+            try:
+                self._await_healthy()
+                return
+            except EtcdStartError as e:
+                self._terminate()
+                if "address already in use" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
     def release(self) -> int:
         """Stop tracking a detached etcd, which keeps running; returns its pid."""
         proc, self._proc = self._proc, None

@@ -5,7 +5,10 @@ background process (it outlives the command), with its data and log under the
 data directory (``.local/`` by default), and records what it started in
 ``<data>/devcluster.json``. ``down`` stops exactly the processes recorded there
 (and only if they are still the processes that were started), then forgets
-them; both are idempotent.
+them; both are idempotent. ``down`` sends SIGTERM and waits, boundedly and
+generously (:data:`STOP_TIMEOUT`), for each process to exit on its own, saying
+what it still waits for; a process it then has to SIGKILL is named as such,
+and the command exits 1.
 
 The cluster: one etcd on Gazette's default address, ``http://localhost:2379``;
 three brokers in two zones (``zone-a``, ``zone-b``), the first on Gazette's
@@ -55,6 +58,7 @@ __all__ = [
     "Options",
     "Process",
     "StartError",
+    "Stopped",
     "down",
     "is_running",
     "read_state",
@@ -66,6 +70,16 @@ DEFAULT_ETCD_PORT = 2379
 DEFAULT_ETCD_PEER_PORT = 2380
 DEFAULT_BROKER_PORT = 8080
 DEFAULT_GATEWAY_PORT = 8081
+#: Seconds ``down`` waits for a graceful exit after SIGTERM before SIGKILL. A
+#: broker drains for at most its --broker.drain-timeout (:data:`DRAIN_TIMEOUT`)
+#: and then persists its spools: this leaves it ample time for both.
+STOP_TIMEOUT = 90.0
+#: The brokers' ``--broker.drain-timeout``.
+DRAIN_TIMEOUT = "30s"
+#: How often ``down`` says what it is still waiting for.
+PROGRESS_EVERY = 5.0
+#: Seconds to wait for a SIGKILLed process to be gone.
+KILL_WAIT = 10.0
 #: The brokers of the cluster: (id, zone). Two zones, so replicas spread across them.
 BROKERS = (("broker-0", "zone-a"), ("broker-1", "zone-b"), ("broker-2", "zone-a"))
 #: The journals ``up`` applies (relative to the repository root).
@@ -237,6 +251,7 @@ def _broker_starter(index: int) -> Callable[[Options, list[Process], Say], Proce
             "--broker.spool-dir", str((bdir / "spool").resolve()),
             "--etcd.address", _etcd_endpoint(started),
             "--etcd.lease", "10s",
+            "--broker.drain-timeout", DRAIN_TIMEOUT,
             "--log.level", "info",
         ]  # fmt: skip
         log = bdir / "broker.log"
@@ -433,8 +448,13 @@ def up(options: Options, say: Say = print) -> list[Process]:
     return started
 
 
-def down(data: pathlib.Path, say: Say = print, timeout: float = 10.0) -> list[Process]:
-    """Stop what ``up`` recorded under ``data``, and nothing else; returns what was stopped."""
+def down(data: pathlib.Path, say: Say = print, timeout: float = STOP_TIMEOUT) -> list[Stopped]:
+    """Stop what ``up`` recorded under ``data``, and nothing else; returns how each stopped.
+
+    Each stage gets SIGTERM and up to ``timeout`` seconds to exit gracefully (a
+    broker drains and persists its spools first); only then are the stragglers
+    sent SIGKILL, which is said plainly and marked ``forced`` in the result.
+    """
     recorded = read_state(data)
     if not recorded:
         say(f"nothing to stop (no {STATE_FILE} in {data})")
@@ -444,8 +464,17 @@ def down(data: pathlib.Path, say: Say = print, timeout: float = 10.0) -> list[Pr
     return stopped
 
 
-def _stop_all(processes: list[Process], say: Say, timeout: float = 10.0) -> list[Process]:
-    stopped = []
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stopped:
+    """How one process of ``down`` ended: after ``seconds``; ``forced`` when by SIGKILL."""
+
+    process: Process
+    seconds: float
+    forced: bool
+
+
+def _stop_all(processes: list[Process], say: Say, timeout: float = STOP_TIMEOUT) -> list[Stopped]:
+    stopped: list[Stopped] = []
     for stage in sorted({p.stage for p in processes}, reverse=True):
         group = [p for p in processes if p.stage == stage]
         running = []
@@ -456,32 +485,61 @@ def _stop_all(processes: list[Process], say: Say, timeout: float = 10.0) -> list
             running.append(process)
         # Signal a stage's processes together, then wait for them all: brokers
         # exiting one by one would each wait on the others to take their journals.
-        _stop(running, timeout)
-        for process in running:
-            say(f"stopped {process.name} (pid {process.pid})")
-            stopped.append(process)
+        stopped.extend(_stop(running, timeout, say))
     return stopped
 
 
-def _stop(processes: list[Process], timeout: float) -> None:
+def _stop(processes: list[Process], timeout: float, say: Say) -> list[Stopped]:
+    """SIGTERM ``processes``, wait up to ``timeout`` for each, then SIGKILL the rest.
+
+    The first ``down`` printed "stopped" for brokers it had SIGKILLed after 10 s
+    of draining (found by the chaos suite's ``make down`` fault): every line now
+    says which way each process ended.
+    """
+    if not processes:
+        return []
     for process in processes:
         with contextlib.suppress(ProcessLookupError):
             os.kill(process.pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    killed = False
-    while True:
-        alive = [p for p in processes if is_running(p)]
-        if not alive:
-            return
-        if time.monotonic() > deadline and not killed:
-            for p in alive:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p.pid, signal.SIGKILL)
-            killed = True
-            deadline = time.monotonic() + timeout
-        elif time.monotonic() > deadline:
-            return
+    names = ", ".join(p.name for p in processes)
+    say(f"sent SIGTERM to {names}; waiting up to {timeout:.0f}s for a graceful exit")
+    started = time.monotonic()
+    next_progress = started + PROGRESS_EVERY
+    alive = list(processes)
+    done: list[Stopped] = []
+    while alive and time.monotonic() - started < timeout:
         time.sleep(0.05)
+        for p in [p for p in alive if not is_running(p)]:
+            alive.remove(p)
+            elapsed = time.monotonic() - started
+            done.append(Stopped(p, elapsed, forced=False))
+            say(f"stopped {p.name} (pid {p.pid}) after {elapsed:.1f}s")
+        if alive and time.monotonic() >= next_progress:
+            next_progress += PROGRESS_EVERY
+            say(
+                f"  still waiting for {', '.join(p.name for p in alive)} to exit "
+                f"({time.monotonic() - started:.0f}s of at most {timeout:.0f}s; "
+                "brokers drain and persist their spools first)"
+            )
+    for p in alive:
+        say(
+            f"{p.name} (pid {p.pid}) did not exit within {timeout:.0f}s of SIGTERM: "
+            f"sending SIGKILL (what it had not persisted is lost); see {p.log}"
+        )
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p.pid, signal.SIGKILL)
+    kill_deadline = time.monotonic() + KILL_WAIT
+    while alive:
+        for p in [p for p in alive if not is_running(p)]:
+            alive.remove(p)
+            done.append(Stopped(p, time.monotonic() - started, forced=True))
+            say(f"KILLED {p.name} (pid {p.pid}) with SIGKILL")
+        if alive and time.monotonic() > kill_deadline:
+            for p in alive:
+                say(f"{p.name} (pid {p.pid}) is still running after SIGKILL")
+            break
+        time.sleep(0.05)
+    return done
 
 
 def _describe(processes: list[Process], say: Say) -> None:

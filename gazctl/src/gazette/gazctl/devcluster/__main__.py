@@ -39,6 +39,13 @@ def main(argv: list[str] | None = None) -> int:
         help="journal YAML hierarchy to apply once up (default examples/journals.yaml)",
     )
     parser.add_argument("--no-journals", action="store_true", help="apply no journals")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=devcluster.STOP_TIMEOUT,
+        help=f"down: seconds to wait for a graceful exit after SIGTERM before SIGKILL "
+        f"(default {devcluster.STOP_TIMEOUT:.0f})",
+    )
     args = parser.parse_args(argv)
 
     if args.command == "up":
@@ -55,7 +62,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"up failed: {e}", file=sys.stderr)
             return 1
     elif args.command == "down":
-        devcluster.down(args.data)
+        stopped = devcluster.down(args.data, timeout=args.timeout)
+        forced = [s.process.name for s in stopped if s.forced]
+        if forced:
+            print(
+                f"down: {', '.join(forced)} had to be killed with SIGKILL "
+                "(no graceful exit); see their logs",
+                file=sys.stderr,
+            )
+            return 1
     else:
         running = [p for p in devcluster.read_state(args.data) if devcluster.is_running(p)]
         if not running:

@@ -1,0 +1,26 @@
+"""The chaos suite: does the broker ever lose an acknowledged byte under faults?
+
+Each scenario starts a fresh cluster (a real etcd and 3 broker processes in 3
+zones, RF3 journals over a ``file://`` store; or the ``make up`` devcluster),
+runs concurrent recording appenders through the faults, heals the cluster and
+reads every journal back from offset 0. It reports acknowledged appends, bytes
+verified, acknowledged appends lost, duplicated records, holes, brokers that
+exited on their own and the write unavailability around each fault.
+
+* :mod:`chaos.records` — self-describing records ``writer seq crc payload\\n``.
+* :mod:`chaos.workload` — :class:`~chaos.workload.Workload`, the recording appenders.
+* :mod:`chaos.checker` — heal, read back, :func:`~chaos.checker.verify`.
+* :mod:`chaos.clusters` — the clusters faults go into, watched for exits.
+* :mod:`chaos.scenarios` — the faults, and :class:`~chaos.scenarios.Params`.
+* :mod:`chaos.report` — :class:`~chaos.report.Report` and the summary table.
+
+``e2e/test_chaos.py`` runs the short version in ``make test``; ``make chaos``
+the long one (``CHAOS_LONG=1``, ``CHAOS_KILLS``), printing the table::
+
+    report = await scenarios.sigkill("sigkill-spaced", Params(), tmp_path, kills=2, every_s=8)
+    print(report.describe())
+"""
+
+from chaos import checker, clusters, records, report, scenarios, workload
+
+__all__ = ["checker", "clusters", "records", "report", "scenarios", "workload"]

@@ -1,0 +1,211 @@
+"""The read-back checker: heal, read every journal from 0 to its head, account for every ack.
+
+1. :func:`wait_writable` — zero-byte appends through any broker until one is
+   acknowledged; its commit end is the journal's write head.
+2. :func:`read_back` — non-blocking reads from offset 0 to the head, moving on
+   to another broker on errors. A response that jumps past the offset asked
+   for, or an offset the brokers don't serve (``OFFSET_NOT_YET_AVAILABLE``,
+   errors) for ``stall_s`` while the head is beyond it, is a *hole*: a jump is
+   recorded and read past, a stall is recorded and ends that journal's read.
+3. :func:`verify` — every acknowledged append must read, at exactly its
+   acknowledged offsets, as the bytes that were sent; the journal must hold
+   only whole records; abandoned appends must be invisible. Records seen more
+   than once are counted as duplicates (an unacknowledged retry that did land).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import time
+from collections.abc import Sequence
+
+import grpc
+
+from chaos.records import RecordId, parse, record
+from chaos.workload import Ack, Channels, Endpoints
+from gazette.broker import protocol as pb
+from gazette.broker import testing
+
+__all__ = ["Hole", "ReadBack", "Verdict", "fragment_end", "read_back", "verify", "wait_writable"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Hole:
+    journal: str
+    offset: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.journal}@{self.offset}: {self.reason}"
+
+
+@dataclasses.dataclass
+class ReadBack:
+    """What was read of ``journal``: contiguous ``segments`` of (offset, bytes), and holes."""
+
+    journal: str
+    head: int
+    segments: list[tuple[int, bytes]] = dataclasses.field(default_factory=list)
+    holes: list[Hole] = dataclasses.field(default_factory=list)
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(len(b) for _, b in self.segments)
+
+    def slice(self, begin: int, end: int) -> bytes | None:
+        """Bytes ``[begin, end)`` if one segment holds them all."""
+        for base, data in self.segments:
+            if base <= begin and end <= base + len(data):
+                return data[begin - base : end - base]
+        return None
+
+
+async def wait_writable(
+    channels: Channels, endpoints: Endpoints, journal: str, within: float
+) -> tuple[int | None, str]:
+    """(write head, "") once a zero-byte append is acknowledged; (None, last error) if not."""
+    deadline = time.monotonic() + within
+    last = "no attempt"
+    turn = 0
+    while True:
+        addresses = endpoints()
+        stub = channels.stub(addresses[turn % len(addresses)])
+        turn += 1
+        try:
+            remaining = max(1.0, min(10.0, deadline - time.monotonic()))
+            resp = await testing.append(stub, journal, [], deadline=remaining)
+            if resp.status == pb.OK:
+                return resp.commit.end, ""
+            last = pb.Status.Name(resp.status)
+        except grpc.aio.AioRpcError as e:
+            last = f"{e.code().name} {e.details()}"
+        if time.monotonic() > deadline:
+            return None, last
+        await asyncio.sleep(0.2)
+
+
+async def fragment_end(channels: Channels, endpoints: Endpoints, journal: str) -> int:
+    """The largest fragment end the brokers know of (0 if none answers)."""
+    for address in endpoints():
+        try:
+            resp = await channels.stub(address).ListFragments(
+                pb.FragmentsRequest(journal=journal), timeout=10
+            )
+        except grpc.aio.AioRpcError:
+            continue
+        if resp.status == pb.OK:
+            return max((f.spec.end for f in resp.fragments), default=0)
+    return 0
+
+
+async def read_back(
+    channels: Channels,
+    endpoints: Endpoints,
+    journal: str,
+    head: int,
+    *,
+    stall_s: float = 15.0,
+    within: float = 120.0,
+) -> ReadBack:
+    """Read ``journal`` from 0 to ``head``; see the module docstring."""
+    out = ReadBack(journal, head)
+    offset, turn = 0, 0
+    buf = bytearray()
+    base = 0
+    deadline = time.monotonic() + within
+    progress_at = time.monotonic()
+    last = "no attempt"
+
+    def cut() -> None:
+        nonlocal buf, base
+        if buf:
+            out.segments.append((base, bytes(buf)))
+        buf = bytearray()
+        base = offset
+
+    while offset < head:
+        now = time.monotonic()
+        if now - progress_at > stall_s or now > deadline:
+            out.holes.append(Hole(journal, offset, f"read stalls ({last}) below head {head}"))
+            break
+        addresses = endpoints()
+        stub = channels.stub(addresses[turn % len(addresses)])
+        turn += 1
+        req = pb.ReadRequest(journal=journal, offset=offset, block=False, end_offset=head)
+        try:
+            async for resp in stub.Read(req, timeout=15):
+                if resp.content:
+                    if resp.offset and resp.offset != offset:
+                        last = f"content at {resp.offset} when {offset} was next"
+                        break
+                    buf += resp.content
+                    offset += len(resp.content)
+                    progress_at = time.monotonic()
+                elif resp.status == pb.OK:
+                    if resp.offset > offset:
+                        out.holes.append(
+                            Hole(journal, offset, f"offset jump to {resp.offset} (no fragment)")
+                        )
+                        cut()
+                        offset = resp.offset
+                        base = offset
+                        progress_at = time.monotonic()
+                else:
+                    last = pb.Status.Name(resp.status)
+                    break
+        except grpc.aio.AioRpcError as e:
+            last = f"{e.code().name} {e.details()}"
+        if offset < head:
+            await asyncio.sleep(0.2)
+    cut()
+    return out
+
+
+@dataclasses.dataclass
+class Verdict:
+    acked: int = 0
+    acked_bytes: int = 0
+    bytes_verified: int = 0
+    #: Acked appends not found, whole and correct, at their acknowledged offsets.
+    lost: list[str] = dataclasses.field(default_factory=list)
+    #: Extra copies of records (each record seen n > 1 times adds n - 1).
+    duplicated: int = 0
+    #: Bytes of the journal that are not whole, correct records.
+    garbage: list[str] = dataclasses.field(default_factory=list)
+    garbage_bytes: int = 0
+    #: Records of abandoned appends that can be read.
+    aborted_visible: list[str] = dataclasses.field(default_factory=list)
+    holes: list[Hole] = dataclasses.field(default_factory=list)
+    bytes_read: int = 0
+
+
+def verify(acks: Sequence[Ack], reads: Sequence[ReadBack], aborted: set[RecordId]) -> Verdict:
+    v = Verdict(acked=len(acks), acked_bytes=sum(a.end - a.begin for a in acks))
+    by_journal = {r.journal: r for r in reads}
+    seen: collections.Counter[tuple[str, RecordId]] = collections.Counter()
+    for r in reads:
+        v.holes += r.holes
+        v.bytes_read += r.bytes_read
+        for base, data in r.segments:
+            for span in parse(data, base):
+                if span.rid is None:
+                    v.garbage_bytes += span.end - span.begin
+                    if len(v.garbage) < 10:
+                        head = data[span.begin - base : span.begin - base + 60]
+                        v.garbage.append(f"{r.journal}@[{span.begin},{span.end}): {head!r}")
+                    continue
+                seen[(r.journal, span.rid)] += 1
+                if span.rid in aborted:
+                    v.aborted_visible.append(f"{r.journal}@{span.begin}: {span.rid}")
+    v.duplicated = sum(n - 1 for n in seen.values() if n > 1)
+    for a in acks:
+        want = b"".join(record(i) for i in a.ids)
+        got = by_journal[a.journal].slice(a.begin, a.end) if a.journal in by_journal else None
+        if got == want:
+            v.bytes_verified += len(want)
+            continue
+        what = "not read (beyond the head or in a hole)" if got is None else "different bytes"
+        v.lost.append(f"{a.journal}@[{a.begin},{a.end}) {a.ids[0]}+{len(a.ids) - 1}: {what}")
+    return v

@@ -1,0 +1,121 @@
+"""The chaos suite (see ``e2e/chaos``): no acknowledged byte may be lost, whatever the fault.
+
+Each test is one scenario on a fresh cluster. A failing assertion is a broker
+verdict and says so, with every figure of the scenario; a harness problem
+raises :class:`chaos.scenarios.HarnessError` instead. ``make test`` runs the
+short version; ``make chaos`` the long one (``CHAOS_LONG=1``, ``CHAOS_KILLS``),
+with ``-s`` and the summary table at the end.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+from chaos import scenarios
+from chaos.report import Report
+from chaos.scenarios import Params
+
+pytestmark = pytest.mark.integration
+
+PARAMS = Params.from_env()
+
+
+def _verdict(
+    report: Report,
+    reports: list[Report],
+    *,
+    kill_bound: bool = False,
+    no_hangs: bool = False,
+    clean_stops: bool = False,
+) -> None:
+    reports.append(report)
+    description = report.describe()
+    print("\n" + description)
+    v = report.verdict
+    broken = []
+    if v.lost:
+        broken.append(f"lost {len(v.lost)} of {v.acked} acknowledged appends")
+    if v.holes:
+        broken.append(f"{len(v.holes)} holes a reader from 0 stalls on or jumps over")
+    if v.garbage_bytes:
+        broken.append(f"{v.garbage_bytes} bytes that are no whole record")
+    if v.aborted_visible:
+        broken.append(f"{len(v.aborted_visible)} records of abandoned appends visible")
+    if report.bad_acks:
+        broken.append(f"{len(report.bad_acks)} acks whose span is not the bytes sent")
+    if report.exits:
+        broken.append(f"{len(report.exits)} broker exits nobody asked for")
+    if report.unwritable:
+        broken.append(f"{len(report.unwritable)} times a journal was not writable after a fault")
+    if v.acked == 0:
+        broken.append("not one append was acknowledged")
+    if kill_bound and report.max_gap > PARAMS.kill_bound_s:
+        broken.append(
+            f"writes unavailable {report.max_gap:.1f}s after a SIGKILL "
+            f"(bound: lease {PARAMS.lease_s:g}s + 2s)"
+        )
+    if no_hangs and report.hung:
+        broken.append(f"{report.hung} appends hung until the client deadline")
+    if clean_stops and report.forced:
+        broken.append(f"{len(report.forced)} brokers did not stop gracefully (exit 0) in time")
+    assert not broken, "BROKER: " + "; ".join(broken) + "\n" + description
+
+
+def _kills_s(kills: int, every: float) -> float:
+    return kills * (every + PARAMS.kill_bound_s + 10)
+
+
+@pytest.mark.timeout(PARAMS.budget_s(_kills_s(PARAMS.spaced_kills, PARAMS.spaced_every_s)))
+async def test_sigkill_spaced(tmp_path: pathlib.Path, chaos_reports: list[Report]) -> None:
+    report = await scenarios.sigkill(
+        "sigkill-spaced", PARAMS, tmp_path, PARAMS.spaced_kills, PARAMS.spaced_every_s
+    )
+    _verdict(report, chaos_reports, kill_bound=True)
+
+
+@pytest.mark.timeout(PARAMS.budget_s(_kills_s(PARAMS.rapid_kills, PARAMS.rapid_every_s)))
+async def test_sigkill_rapid(tmp_path: pathlib.Path, chaos_reports: list[Report]) -> None:
+    report = await scenarios.sigkill(
+        "sigkill-rapid", PARAMS, tmp_path, PARAMS.rapid_kills, PARAMS.rapid_every_s
+    )
+    _verdict(report, chaos_reports, kill_bound=True)
+
+
+@pytest.mark.timeout(PARAMS.budget_s(PARAMS.stops * (2 * PARAMS.lease_s + 20)))
+async def test_sigstop_primary(tmp_path: pathlib.Path, chaos_reports: list[Report]) -> None:
+    _verdict(await scenarios.sigstop(PARAMS, tmp_path), chaos_reports)
+
+
+@pytest.mark.timeout(PARAMS.budget_s(PARAMS.etcd_rounds * (PARAMS.etcd_down_s + 30)))
+async def test_etcd_kill(tmp_path: pathlib.Path, chaos_reports: list[Report]) -> None:
+    _verdict(await scenarios.etcd_outage(PARAMS, tmp_path), chaos_reports)
+
+
+@pytest.mark.timeout(PARAMS.budget_s(PARAMS.store_rounds * (PARAMS.store_outage_s + 35)))
+async def test_store_outage(tmp_path: pathlib.Path, chaos_reports: list[Report]) -> None:
+    _verdict(await scenarios.store_outage(PARAMS, tmp_path), chaos_reports)
+
+
+@pytest.mark.timeout(PARAMS.budget_s(PARAMS.spool_rounds * (PARAMS.spool_full_s + 20)))
+async def test_spool_full(tmp_path: pathlib.Path, chaos_reports: list[Report]) -> None:
+    try:
+        report = await scenarios.spool_full(PARAMS, tmp_path)
+    except scenarios.SpoolUnavailable as e:
+        pytest.skip(str(e))
+    _verdict(report, chaos_reports, no_hangs=True)
+
+
+@pytest.mark.timeout(PARAMS.budget_s(PARAMS.aborts * 1.0 + 15))
+async def test_client_aborts(tmp_path: pathlib.Path, chaos_reports: list[Report]) -> None:
+    _verdict(await scenarios.aborts(PARAMS, tmp_path), chaos_reports)
+
+
+@pytest.mark.timeout(PARAMS.budget_s(PARAMS.term_rounds * (PARAMS.term_timeout_s + 60)))
+async def test_sigterm_all(tmp_path: pathlib.Path, chaos_reports: list[Report]) -> None:
+    _verdict(await scenarios.sigterm_all(PARAMS, tmp_path), chaos_reports, clean_stops=True)
+
+
+@pytest.mark.timeout(PARAMS.budget_s(PARAMS.down_up_rounds * 200))
+async def test_make_down_up(tmp_path: pathlib.Path, chaos_reports: list[Report]) -> None:
+    _verdict(await scenarios.make_down_up(PARAMS, tmp_path), chaos_reports, clean_stops=True)
