@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar, cast
 
 import grpc
@@ -40,6 +41,11 @@ READ_CHUNK_SIZE = (1 << 15) - 32
 MAX_JOURNALS_PER_LIST_RESPONSE = 25
 DEFAULT_FRAGMENTS_PAGE_LIMIT = 1000
 DELETE_PROBE_TIMEOUT = 60.0
+# How long an append refused for an oversized message keeps reading (and dropping)
+# the client's remaining messages before answering. Answering while the client
+# still writes makes grpcio's asyncio client report its own "INTERNAL: Internal
+# error from Core" instead of our status (test_oversized_chunk_is_resource_exhausted).
+DRAIN_TIMEOUT = 10.0
 
 _EXPECTED_ERRORS = (
     pb.ValidationError,
@@ -48,6 +54,55 @@ _EXPECTED_ERRORS = (
     keyspace.errors.KeySpaceError,
     TimeoutError,
 )
+
+
+def core_receive_limit(max_message_size: int) -> int:
+    """The ``grpc.max_receive_message_length`` of a broker's gRPC server.
+
+    Larger than ``--broker.max-grpc-recv-size`` (``max_message_size``) on
+    purpose: handlers enforce that limit themselves (:class:`errors.MessageTooLarge`)
+    so a client gets a clear ``RESOURCE_EXHAUSTED`` rather than a reset stream,
+    and a Replicate message carrying a client chunk of exactly the limit (plus a
+    few bytes of framing) still reaches its peers. Messages above this hard
+    ceiling are refused by grpc core itself, which bounds the memory one message
+    can take.
+    """
+    return max(4 * max_message_size, 64 << 20)
+
+
+class _SizeGuard:
+    """Passes a stream of requests through, failing at the first one over ``limit`` bytes.
+
+    The failure is kept in :attr:`error` (it may be raised inside grpc's own
+    task, when the stream is proxied), and the stream under it stays readable
+    so the caller can drain it.
+    """
+
+    def __init__(self, source: AsyncIterator[pb.AppendRequest], limit: int) -> None:
+        self._source = source
+        self._limit = limit
+        self.error: errors.MessageTooLarge | None = None
+
+    def __aiter__(self) -> _SizeGuard:
+        return self
+
+    async def __anext__(self) -> pb.AppendRequest:
+        if self.error is not None:
+            raise self.error
+        req = await anext(self._source)
+        size = req.ByteSize()
+        if size > self._limit:
+            self.error = errors.MessageTooLarge("AppendRequest", size, self._limit)
+            raise self.error
+        return req
+
+
+async def _drain(source: AsyncIterator[Any]) -> None:
+    """Read and drop what is left of ``source``, for at most :data:`DRAIN_TIMEOUT`."""
+    with contextlib.suppress(TimeoutError, grpc.RpcError, errors.BrokerServerError):
+        async with asyncio.timeout(DRAIN_TIMEOUT):
+            async for _ in source:
+                pass
 
 
 class _Outcome:
@@ -90,6 +145,18 @@ class JournalServicer(pb2_grpc.JournalServicer):
         except asyncio.CancelledError:
             metrics.server_completed.inc(op, "<error>")
             raise
+        except Exception as e:
+            # Anything else must end here too: an exception left to grpc makes it
+            # answer with the exception's repr and, when the client is already gone
+            # (a cancelled Replicate stream), log "Exception not handled by
+            # _handle_exceptions" as it is cancelled while sending that answer.
+            metrics.server_completed.inc(op, "<error>")
+            if context.cancelled():
+                raise asyncio.CancelledError from e  # The client went away: nobody to answer.
+            code, details = errors.grpc_status_of(e)
+            log.exception("served %s RPC failed unexpectedly: %s", op, details)
+            await context.abort(code, details)
+            raise  # Not reached: abort raises.
         metrics.server_completed.inc(op, out.status)
         return result
 
@@ -121,13 +188,23 @@ class JournalServicer(pb2_grpc.JournalServicer):
                 pb.validate_journal(first.journal)
             except pb.ValidationError as e:
                 raise e.within("Journal") from None
+        guard = _SizeGuard(it, self.svc.config.max_message_size)
         fsm = append_fsm.AppendFSM(self.svc, first, clock=self.svc.clock)
-        total, delayed = await self.svc.drive(fsm, it)
+        total, delayed = await self.svc.drive(fsm, guard)
         res = fsm.resolved
 
         if fsm.state == append_fsm.State.PROXY:
             assert isinstance(res, resolver.Resolution)
-            return await self._proxy_append(first, res, it)
+            try:
+                return await self._proxy_append(first, res, guard)
+            except (asyncio.CancelledError, grpc.aio.AioRpcError):
+                # grpc cancels a call whose request iterator raised: that is our
+                # guard's verdict, unless this task itself is being cancelled.
+                task = asyncio.current_task()
+                if guard.error is None or (task is not None and task.cancelling()):
+                    raise
+            await _drain(it)
+            raise guard.error
         if fsm.state == append_fsm.State.FINISHED:
             assert res is not None and fsm.client_fragment is not None
             metrics.write_head.labels(fsm.client_fragment.journal).set(fsm.client_fragment.end)
@@ -146,6 +223,10 @@ class JournalServicer(pb2_grpc.JournalServicer):
             if res.status == pb.FRAGMENT_STORE_UNHEALTHY:
                 resp.store_health_error = str(fsm.err)
             return resp
+        if guard.error is not None:
+            # The FSM rolled back; answer once the client is done writing.
+            await _drain(it)
+            raise guard.error
         raise fsm.err or errors.BrokerServerError("append failed without a cause")
 
     async def _proxy_append(
@@ -208,9 +289,11 @@ class JournalServicer(pb2_grpc.JournalServicer):
                 return
             if res.replica is None:
                 raise errors.ReplicaStopped(req.proposal.journal)
-            sp, changed = await _race(res.replica.spool_slot.get(), res.invalidated)
+            slot = res.replica.spool_slot
+            got, changed = await _race(slot.get(), res.invalidated, slot.put_nowait)
             if not changed:
-                assert sp is not None
+                assert got is not None
+                sp = got
                 break
 
         rep = res.replica
@@ -423,6 +506,9 @@ class JournalServicer(pb2_grpc.JournalServicer):
         return await self._edge("Apply", context, self._apply(request, out), out)
 
     async def _apply(self, req: pb.ApplyRequest, out: _Outcome) -> pb.ApplyResponse:
+        limit = self.svc.config.max_message_size
+        if (size := req.ByteSize()) > limit:  # grpc core lets it in: see core_receive_limit.
+            raise errors.MessageTooLarge("ApplyRequest", size, limit)
         pb.validate(req)
         changes: list[keyspace.Change] = []
         for ch in req.changes:
@@ -552,12 +638,23 @@ def _route_with_endpoints(state: Any, assignments: Any) -> pb.Route:
     return rt
 
 
-async def _race(aw: Awaitable[T], signal: asyncio.Event) -> tuple[T | None, bool]:
-    """Await ``aw`` unless ``signal`` is set first: (result, signalled)."""
+async def _race(
+    aw: Awaitable[T], signal: asyncio.Event, orphan: Callable[[Any], object]
+) -> tuple[T | None, bool]:
+    """Await ``aw`` unless ``signal`` is set first: (result, signalled).
+
+    If we are cancelled just as ``aw`` completed, its result goes to ``orphan``
+    (a replica's spool taken by a Replicate stream whose peer hung up at that
+    moment must go back to its slot, or the journal wedges).
+    """
     task = asyncio.ensure_future(aw)
     sig = asyncio.ensure_future(signal.wait())
     try:
         await asyncio.wait((task, sig), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        if task.done() and not task.cancelled() and task.exception() is None:
+            orphan(task.result())
+        raise
     finally:
         sig.cancel()
         if not task.done():

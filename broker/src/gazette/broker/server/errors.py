@@ -9,6 +9,7 @@ Hierarchy::
     │   ├── ExpectedContentChunk      a later message carried a journal name
     │   └── RegisterUpdateWithEmptyAppend
     ├── FlowControlUnderflow          client didn't sustain the minimum append rate
+    ├── MessageTooLarge               a request over --broker.max-grpc-recv-size
     ├── PipelineError                 a replication peer failed or disagreed
     ├── ResolutionError               header from a foreign cluster / process, or stopping
     ├── Cancelled                     the client went away mid-RPC
@@ -17,17 +18,36 @@ Hierarchy::
 
 Application outcomes (journal not found, wrong offset, ...) are never
 exceptions: they travel as a ``protocol.Status`` in the response. Exceptions
-become gRPC errors through :func:`grpc_status_of`: Gazette returns plain Go
-errors, which reach clients as ``UNKNOWN`` with the error text, and ends client
-cancellation as ``CANCELLED``; request validation failures likewise surface as
-``UNKNOWN`` so Go clients see the same thing from us as from a Go broker.
+become gRPC errors through :func:`grpc_status_of`, the one mapping:
+
+=================================================  ======================
+exception                                          gRPC code
+=================================================  ======================
+``CancelledError``, :class:`Cancelled`             ``CANCELLED``
+``TimeoutError``                                   ``DEADLINE_EXCEEDED``
+:class:`MessageTooLarge`                           ``RESOURCE_EXHAUSTED``
+:class:`PipelineError`, :class:`LeaseInDoubt`      ``UNAVAILABLE``
+an etcd ``INVALID_ARGUMENT`` (e.g. a txn too big)  ``INVALID_ARGUMENT``
+a gRPC error of a peer                             the peer's code
+anything else (validation, stream framing, ...)    ``UNKNOWN``
+=================================================  ======================
+
+Gazette returns plain Go errors, which reach clients as ``UNKNOWN`` with the
+error text; we keep that for validation and framing errors, so Go clients see
+the same thing from us as from a Go broker, and give a specific code where a
+client acts on it (retry, or shrink its request). Details are always short
+text: :func:`describe` renders a gRPC error as ``CODE: details``, never as the
+multi-line ``AioRpcError`` repr (which a tester found relayed to clients).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 
 import grpc
+
+from gazette import keyspace
 
 
 class BrokerServerError(Exception):
@@ -65,11 +85,28 @@ class FlowControlUnderflow(BrokerServerError):
         super().__init__("client stream didn't sustain the minimum append data rate")
 
 
+class MessageTooLarge(BrokerServerError):
+    """A request message is larger than ``--broker.max-grpc-recv-size``.
+
+    Were grpc core to enforce the limit, it would reset the stream while the
+    client still writes it, and grpcio's asyncio client then reports its own
+    ``INTERNAL: Internal error from Core`` instead of our status. So the broker
+    checks sizes itself, drains the client's stream, and answers with this.
+    """
+
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"{what} of {size} bytes is larger than --broker.max-grpc-recv-size ({limit} bytes)"
+        )
+        self.size = size
+        self.limit = limit
+
+
 class PipelineError(BrokerServerError):
     """A replication peer failed, or answered in a way the primary can't accept."""
 
     def __init__(self, message: str, *, peer: str = "") -> None:
-        super().__init__(f"{message} (peer {peer})" if peer else message)
+        super().__init__(f"replication peer {peer} failed: {message}" if peer else message)
         self.peer = peer
 
 
@@ -103,15 +140,53 @@ class LeaseInDoubt(BrokerServerError):
         super().__init__("broker's etcd lease may have expired (etcd unreachable); retry")
 
 
+# The repr of a grpc error (``grpc.aio.AioRpcError``, ``grpc._channel._InactiveRpcError``
+# and kin), as ``str(e)`` gives it: several lines, and a debug string that may hold
+# unescaped quotes. Group 1 is the code's name, group 2 the details.
+_RPC_ERROR_REPR = re.compile(
+    r"<\w+ of RPC that terminated with:\s*status = StatusCode\.(\w+)\s*"
+    r'details = "(.*?)"(?:\s*debug_error_string = ".*?")?\s*>',
+    re.DOTALL,
+)
+
+
+def _without_reprs(text: str) -> str:
+    return _RPC_ERROR_REPR.sub(lambda m: f"{m.group(1)}: {m.group(2)}", text)
+
+
+def describe(e: BaseException) -> str:
+    """Short text of an exception for messages and logs: a gRPC error as ``CODE: details``.
+
+    Pipelines wrap their peers' exceptions with it (``PipelineError(f"send:
+    {describe(e)}")``): ``str()`` of a grpc error is a multi-line repr with a
+    debug string, which must never reach a client. Reprs already embedded in
+    another exception's text are rewritten the same way.
+    """
+    if isinstance(e, grpc.RpcError) and callable(getattr(e, "code", None)):
+        code = e.code()
+        name = code.name if isinstance(code, grpc.StatusCode) else str(code)
+        details = e.details() if callable(getattr(e, "details", None)) else None
+        return f"{name}: {details}" if details else name
+    return _without_reprs(str(e)) or type(e).__name__
+
+
 def grpc_status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """Map an exception escaping an RPC to the gRPC (code, details) to end it with.
 
-    This is the single mapping used by every handler of the servicer.
+    This is the single mapping used by every handler of the servicer (see the
+    module docstring for the table). Details never carry a Python repr.
     """
     if isinstance(exc, asyncio.CancelledError | Cancelled):
         return grpc.StatusCode.CANCELLED, "context canceled"
     if isinstance(exc, TimeoutError):
         return grpc.StatusCode.DEADLINE_EXCEEDED, "context deadline exceeded"
-    if isinstance(exc, LeaseInDoubt):
-        return grpc.StatusCode.UNAVAILABLE, str(exc)
-    return grpc.StatusCode.UNKNOWN, str(exc) or type(exc).__name__
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return exc.code(), exc.details() or exc.code().name
+    details = describe(exc)
+    if isinstance(exc, MessageTooLarge):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, details
+    if isinstance(exc, PipelineError | LeaseInDoubt):
+        return grpc.StatusCode.UNAVAILABLE, details
+    if isinstance(exc, keyspace.errors.EtcdError) and exc.code == "INVALID_ARGUMENT":
+        return grpc.StatusCode.INVALID_ARGUMENT, details
+    return grpc.StatusCode.UNKNOWN, details

@@ -20,11 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from gazette.broker.server import errors
+
+log = logging.getLogger(__name__)
 
 QUANTUM_S = 0.050  # Tick period.
 BURST_S = 1.0  # Initial balance and minimum-rate allowance, in seconds of rate.
@@ -196,16 +199,27 @@ class FlowControl(Generic[M]):
             await asyncio.sleep(max(self._next_tick - self._clock(), 0.001))
 
     async def aclose(self) -> None:
-        """Cancel a read still in flight (on error paths)."""
-        if self._pending is not None and not self._pending.done():
-            self._pending.cancel()
-            try:
-                await self._pending
-            except (asyncio.CancelledError, StopAsyncIteration):
-                pass
-            except Exception:  # noqa: BLE001  # the stream's own failure is reported elsewhere
-                pass
-        self._pending = None
+        """End the read-ahead task: cancel it if in flight, and retrieve its outcome.
+
+        A read-ahead that already failed (the client hung up, or sent a message
+        the source rejects) while nobody called :meth:`recv` again must still
+        have its exception retrieved here, or asyncio reports "Task exception
+        was never retrieved" when the task is collected (seen on brokers whose
+        appends were cancelled by their clients).
+        """
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        if not pending.done():
+            pending.cancel()
+            # Not ``await pending``: that would also swallow our own cancellation.
+            await asyncio.wait((pending,))
+        if pending.cancelled():
+            return
+        e = pending.exception()
+        if e is not None and not isinstance(e, StopAsyncIteration):
+            # The RPC ends on whatever stopped reading first; this failure came after.
+            log.debug("append read-ahead ended with an unused failure: %s", errors.describe(e))
 
 
 async def _wait_until(fut: asyncio.Future[Any], delay: float) -> None:

@@ -1,0 +1,164 @@
+"""Errors become short gRPC outcomes in one place, and no task's failure goes unretrieved."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+
+from gazette import keyspace
+from gazette.broker import protocol as pb
+from gazette.broker.server import api, errors, flow_control
+
+
+def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(
+        code,
+        grpc.aio.Metadata(),
+        grpc.aio.Metadata(),
+        details=details,
+        debug_error_string=f'UNKNOWN:Error received from peer {{grpc_message:"{details}"}}',
+    )
+
+
+REFUSED = rpc_error(grpc.StatusCode.UNAVAILABLE, "connection refused")
+
+
+def test_describe_renders_grpc_errors_as_code_and_details() -> None:
+    assert errors.describe(REFUSED) == "UNAVAILABLE: connection refused"
+    assert errors.describe(ValueError("plain")) == "plain"
+    assert errors.describe(ValueError()) == "ValueError"
+
+
+def test_peer_failure_is_unavailable_and_names_the_peer() -> None:
+    # What pipeline.py builds today (f"send: {e}"): the repr is rewritten.
+    e = errors.PipelineError(f"send: {REFUSED}", peer="zone-a/broker-01")
+    assert "<AioRpcError" in str(e)
+    code, details = errors.grpc_status_of(e)
+    assert code == grpc.StatusCode.UNAVAILABLE
+    assert (
+        details == "replication peer zone-a/broker-01 failed: send: UNAVAILABLE: connection refused"
+    )
+    # And what it builds with describe().
+    e = errors.PipelineError(f"recv: {errors.describe(REFUSED)}", peer="zone-a/broker-01")
+    assert errors.grpc_status_of(e)[1] == details.replace("send:", "recv:")
+
+
+@pytest.mark.parametrize(
+    ("exc", "code", "details"),
+    [
+        (asyncio.CancelledError(), grpc.StatusCode.CANCELLED, "context canceled"),
+        (errors.Cancelled(), grpc.StatusCode.CANCELLED, "context canceled"),
+        (TimeoutError(), grpc.StatusCode.DEADLINE_EXCEEDED, "context deadline exceeded"),
+        (
+            errors.MessageTooLarge("AppendRequest", 5, 4),
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "AppendRequest of 5 bytes is larger than --broker.max-grpc-recv-size (4 bytes)",
+        ),
+        (
+            keyspace.errors.EtcdError("an Apply of 2000 changes ...", code="INVALID_ARGUMENT"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "an Apply of 2000 changes ...",
+        ),
+        (
+            keyspace.errors.EtcdError("etcd down", code="UNAVAILABLE"),
+            grpc.StatusCode.UNKNOWN,
+            "etcd down",
+        ),
+        (REFUSED, grpc.StatusCode.UNAVAILABLE, "connection refused"),
+        (pb.ValidationError("bad"), grpc.StatusCode.UNKNOWN, "bad"),
+        (
+            RuntimeError(f"wrapped {REFUSED} twice {REFUSED}"),
+            grpc.StatusCode.UNKNOWN,
+            "wrapped UNAVAILABLE: connection refused twice UNAVAILABLE: connection refused",
+        ),
+    ],
+)
+def test_grpc_status_of(exc: BaseException, code: grpc.StatusCode, details: str) -> None:
+    assert errors.grpc_status_of(exc) == (code, details)
+
+
+class FakeContext:
+    def __init__(self, cancelled: bool = False) -> None:
+        self._cancelled = cancelled
+        self.aborted: tuple[grpc.StatusCode, str] | None = None
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        self.aborted = (code, details)
+        raise grpc.aio.AbortError()
+
+
+async def _fails(e: BaseException) -> None:
+    raise e
+
+
+async def test_edge_ends_unexpected_errors_itself() -> None:
+    servicer = api.JournalServicer(svc=None)  # type: ignore[arg-type]
+    ctx = FakeContext()
+    with pytest.raises(grpc.aio.AbortError):
+        await servicer._edge("Replicate", ctx, _fails(KeyError("x")), api._Outcome())  # type: ignore[arg-type]
+    assert ctx.aborted == (grpc.StatusCode.UNKNOWN, "'x'")
+    ctx = FakeContext()
+    with pytest.raises(grpc.aio.AbortError):
+        await servicer._edge(
+            "Append",
+            ctx,  # type: ignore[arg-type]
+            _fails(errors.PipelineError(f"send: {REFUSED}", peer="z/p")),
+            api._Outcome(),
+        )
+    assert ctx.aborted == (
+        grpc.StatusCode.UNAVAILABLE,
+        "replication peer z/p failed: send: UNAVAILABLE: connection refused",
+    )
+
+
+async def test_edge_of_a_cancelled_rpc_raises_cancelled_not_the_error() -> None:
+    # Left to grpc, the error of a stream whose peer hung up is logged as
+    # "Exception not handled by _handle_exceptions" while grpc answers it.
+    servicer = api.JournalServicer(svc=None)  # type: ignore[arg-type]
+    ctx = FakeContext(cancelled=True)
+    with pytest.raises(asyncio.CancelledError):
+        await servicer._edge("Replicate", ctx, _fails(RuntimeError("batch")), api._Outcome())  # type: ignore[arg-type]
+    assert ctx.aborted is None
+
+
+async def test_flow_control_retrieves_a_failed_read_ahead() -> None:
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+
+        async def source() -> AsyncIterator[pb.AppendRequest]:
+            yield pb.AppendRequest(content=b"x")
+            raise errors.Cancelled()  # The client hung up.
+
+        fc = flow_control.FlowControl(flow_control.FlowState(), source())
+        assert (await fc.recv()) is not None
+        await asyncio.sleep(0.01)  # The read-ahead fails, and nobody calls recv() again.
+        await fc.aclose()
+        del fc
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert not [r for r in reported if "never retrieved" in r.get("message", "")], reported
+
+
+async def test_race_gives_back_what_it_got_when_cancelled() -> None:
+    slot: asyncio.Queue[str] = asyncio.Queue(1)
+    signal = asyncio.Event()
+    race = asyncio.ensure_future(api._race(slot.get(), signal, slot.put_nowait))
+    await asyncio.sleep(0)  # The race waits on the slot.
+    slot.put_nowait("spool")
+    await asyncio.sleep(0)  # The get completes ...
+    race.cancel()  # ... just as the stream's client goes away.
+    with pytest.raises(asyncio.CancelledError):
+        await race
+    assert slot.get_nowait() == "spool"
