@@ -17,7 +17,7 @@ import aetcd
 import aetcd.rpc
 
 from gazette.broker.protocol import protocol_pb2
-from gazette.keyspace import etcd
+from gazette.keyspace import errors, etcd
 
 __all__ = ["ANY_REVISION", "MUST_NOT_EXIST", "ApplyResult", "Change", "apply_changes", "item_key"]
 
@@ -25,6 +25,9 @@ __all__ = ["ANY_REVISION", "MUST_NOT_EXIST", "ApplyResult", "Change", "apply_cha
 ANY_REVISION = -1
 #: ``expect_mod_revision`` meaning "the key must not exist" (upserts only).
 MUST_NOT_EXIST = 0
+
+# What etcd answers (INVALID_ARGUMENT) to a txn over its --max-txn-ops.
+_TOO_MANY_OPS = "too many operations in txn"
 
 
 class Change(NamedTuple):
@@ -92,8 +95,9 @@ async def apply_changes(
 
     Returns whether every guard held. Raises ``ValueError`` for a malformed
     change, and :class:`~gazette.keyspace.errors.EtcdError` when etcd refuses the
-    transaction itself (e.g. more operations than its ``--max-txn-ops``, 128 by
-    default, or the same key twice).
+    transaction itself (e.g. the same key twice, or more operations than its
+    ``--max-txn-ops``, 128 by default: then the error names that limit, and its
+    ``code`` is ``"INVALID_ARGUMENT"``).
     """
     compares: list[aetcd.rpc.Compare] = []
     ops: list[aetcd.rpc.RequestOp] = []
@@ -112,10 +116,23 @@ async def apply_changes(
                 aetcd.rpc.RequestOp(request_put=aetcd.rpc.PutRequest(key=key, value=change.value))
             )
 
-    resp = await etcd.txn(
-        client,
-        aetcd.rpc.TxnRequest(compare=compares, success=ops),
-        f"applying {len(ops)} changes under {root}",
-    )
+    try:
+        resp = await etcd.txn(
+            client,
+            aetcd.rpc.TxnRequest(compare=compares, success=ops),
+            f"applying {len(ops)} changes under {root}",
+        )
+    except errors.EtcdError as e:
+        if e.code == "INVALID_ARGUMENT" and _TOO_MANY_OPS in str(e):
+            # Gazette applies a request in one transaction too, and relays etcd's
+            # bare "too many operations in txn request". Splitting would break the
+            # all-or-nothing promise, so say which limit was hit and what to do.
+            raise errors.EtcdError(
+                f"an Apply of {len(ops)} changes is more than etcd takes in one "
+                "transaction (its --max-txn-ops, 128 by default): apply fewer changes "
+                "at a time, or raise --max-txn-ops",
+                code=e.code,
+            ) from e
+        raise
     header = etcd.header_of(resp.header)
     return ApplyResult(succeeded=bool(resp.succeeded), revision=int(header.revision), etcd=header)
