@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
+import uuid
 from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 from client_fakes import FakeBroker
 
-from gazette.broker import http_gateway
+from gazette.broker import http_gateway, testing
+from gazette.broker import protocol as pb
+from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 
 
 @pytest.fixture
@@ -125,7 +130,8 @@ async def test_missing_journal_is_404_and_failed_put_is_500(fake: FakeBroker, gw
                 assert resp.status == 500
                 assert "JOURNAL_NOT_FOUND" in await resp.text()
             async with http.post(f"http://127.0.0.1:{port}/missing/journal", data=b"x") as resp:
-                assert resp.status == 400
+                assert resp.status == 405
+                assert resp.headers["Allow"] == "GET, HEAD, PUT"
                 assert await resp.text() == "unknown method: POST\n"
     finally:
         await server.close()
@@ -163,3 +169,165 @@ async def test_debug_routes(gw: str) -> None:
         async with http.get(f"{gw}/debug/metrics") as resp:
             assert resp.status == 200
             assert "python_info" in await resp.text() or "process_" in await resp.text()
+
+
+# -- Bad input (a tester's findings) -----------------------------------------------------
+
+
+@pytest.fixture
+async def impatient_gw(fake: FakeBroker) -> AsyncIterator[str]:
+    """A gateway that waits 0.5 s, not 30 s, for request body bytes."""
+    config = http_gateway.ServerConfig(body_timeout=0.5)
+    server = http_gateway.Server(grpc_endpoint=fake.endpoint, config=config)
+    port = await server.start("127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await server.close()
+
+
+@pytest.mark.parametrize(
+    ("target", "text"),
+    [
+        # Read as host "other" and path "/a/journal", it read a/journal.
+        ("//other/a/journal", "Journal: cannot begin with '/' (/other/a/journal)"),
+        ("//a//b", "Journal: must be a clean path (/a//b)"),
+    ],
+)
+async def test_double_slash_is_a_path_not_a_host(
+    fake: FakeBroker, gw: str, target: str, text: str
+) -> None:
+    fake.content["a/journal"] += b"abc"
+    out = await raw_request(
+        gw, f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+    )
+    assert out.startswith(b"HTTP/1.1 400 "), out
+    assert text.encode() in out
+    assert not fake.read_requests
+
+
+async def test_unknown_method_is_405_with_allow(gw: str) -> None:
+    out = await raw_request(
+        gw, b"DELETE /a/journal HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    assert out.startswith(b"HTTP/1.1 405 "), out
+    assert b"\r\nallow: get, head, put\r\n" in out.lower()
+
+
+async def put_slowly(base: str, path: str, chunks: int, *, chunk: bytes = b"x" * 65536) -> bytes:
+    """A PUT that sends its body a chunk at a time, reading the response as it goes.
+
+    Returns what the server answered; a reset before any answer fails the test.
+    """
+    host, port = base.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        f"PUT {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {chunks * len(chunk)}\r\n\r\n".encode()
+    )
+
+    async def send() -> None:
+        try:
+            for _ in range(chunks):
+                writer.write(chunk)
+                await writer.drain()
+        except ConnectionError:
+            pass  # The server stopped reading: its answer is what matters.
+
+    sender = asyncio.ensure_future(send())
+    try:
+        return await asyncio.wait_for(reader.read(), 20)
+    finally:
+        sender.cancel()
+        await asyncio.wait((sender,))
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+
+async def test_put_refused_mid_body_is_answered_not_reset(fake: FakeBroker) -> None:
+    async def refuse(request_iterator, context):  # type: ignore[no-untyped-def]
+        await anext(aiter(request_iterator))
+        return pb.AppendResponse(status=pb.JOURNAL_NOT_FOUND, header=fake.header())
+
+    fake.Append = refuse  # type: ignore[method-assign]
+    await fake.stop()
+    await fake.start()
+    server = http_gateway.Server(grpc_endpoint=fake.endpoint)
+    port = await server.start("127.0.0.1", 0)
+    try:
+        out = await put_slowly(f"http://127.0.0.1:{port}", "/missing/journal", chunks=256)
+    finally:
+        await server.close()
+    assert out.startswith(b"HTTP/1.1 500 "), out[:200]
+    assert b"connection: close" in out.lower()
+    assert out.endswith(b"JOURNAL_NOT_FOUND\n")
+
+
+async def test_stalled_put_body_is_408_and_commits_nothing(
+    fake: FakeBroker, impatient_gw: str
+) -> None:
+    started = time.monotonic()
+    out = await raw_request(
+        impatient_gw,
+        b"PUT /a/journal HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly ten b",
+    )
+    assert out.startswith(b"HTTP/1.1 408 "), out
+    assert b"request body sent nothing for 0.5s" in out
+    assert time.monotonic() - started < 5
+    assert fake.appends == []
+
+
+@pytest.mark.parametrize(
+    "request_head",
+    [
+        # Content-Length longer than the body.
+        b"GET /a/journal HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc",
+        # Chunked, and no chunk ever comes.
+        b"GET /a/journal HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"PUT /a/journal HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+    ],
+)
+async def test_body_that_never_comes_is_408(
+    fake: FakeBroker, impatient_gw: str, request_head: bytes
+) -> None:
+    out = await raw_request(impatient_gw, request_head)
+    assert out.startswith(b"HTTP/1.1 408 "), out
+    assert fake.appends == []
+
+
+# -- Against real brokers ------------------------------------------------------------------
+
+
+async def _create_journal(cluster: testing.BrokerCluster, name: str) -> None:
+    async with cluster.channel(0) as ch:
+        stub = pb2_grpc.JournalStub(ch)
+        spec = testing.journal_spec(name, replication=2, stores=[cluster.store_url])
+        assert (await testing.apply_specs(stub, spec)).status == pb.OK
+        await testing.wait_writable(stub, name)
+
+
+@pytest.mark.integration
+async def test_broker_gateway_answers_refused_and_stalled_puts(
+    brokers: testing.BrokerCluster,
+) -> None:
+    base = f"http://127.0.0.1:{brokers[1].http_port}"
+    # Refused at once (no such journal), while the body still streams: a 500, no reset.
+    out = await put_slowly(base, f"/gateway-{uuid.uuid4().hex[:6]}/missing", chunks=256)
+    assert out.startswith(b"HTTP/1.1 500 "), out[:300]
+    assert out.endswith(b"JOURNAL_NOT_FOUND\n")
+
+    # A body that stalls: the broker aborts the append (--broker.min-append-rate),
+    # and the HTTP client hears of it well before the gateway's own body timeout.
+    name = f"gateway-{uuid.uuid4().hex[:6]}/stall"
+    await _create_journal(brokers, name)
+    started = time.monotonic()
+    out = await raw_request(
+        base,
+        f"PUT /{name} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly ten b".encode(),
+    )
+    assert out.startswith(b"HTTP/1.1 500 "), out
+    assert b"minimum append data rate" in out, out
+    assert time.monotonic() - started < 15
+    async with brokers.channel(0) as ch:
+        content, _ = await testing.read(pb2_grpc.JournalStub(ch), name)
+    assert content == b""  # Nothing of it committed.

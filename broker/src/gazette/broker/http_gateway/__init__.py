@@ -10,6 +10,8 @@ proxied like any client's.
 Key types:
 
 - :class:`Gateway` — maps requests to Read / Append RPCs over a grpc.aio channel.
+- :class:`ServerConfig` — its settings (``body_timeout``: how long a request
+  body may send nothing before it is answered 408, 30 s by default).
 - :class:`Server` — an HTTP/1.1 server (h11 on asyncio streams) of the gateway
   plus ``/debug/ready`` and ``/debug/metrics``; a drop-in for the broker's
   ``debug_http.DebugServer``, which is how a broker process mounts the gateway.
@@ -38,7 +40,7 @@ from gazette.broker.http_gateway.gateway import (
     parse_append_request,
     parse_read_request,
 )
-from gazette.broker.http_gateway.server import Server
+from gazette.broker.http_gateway.server import Server, ServerConfig
 
 __all__ = [
     "CLOSE_ERROR_HEADER",
@@ -46,6 +48,7 @@ __all__ = [
     "HttpError",
     "Reply",
     "Server",
+    "ServerConfig",
     "parse_append_request",
     "parse_read_request",
 ]

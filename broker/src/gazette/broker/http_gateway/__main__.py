@@ -14,7 +14,8 @@ from gazette.broker.http_gateway import server
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    http = server.Server(lambda: True, grpc_endpoint=args.broker_address)
+    config = server.ServerConfig(body_timeout=args.body_timeout)
+    http = server.Server(lambda: True, grpc_endpoint=args.broker_address, config=config)
     port = await http.start(args.host, args.port)
     print(f"http gateway on http://{args.host}:{port} -> {args.broker_address}", flush=True)
     stop = asyncio.Event()
@@ -41,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--host", default="127.0.0.1", help="listen address (%(default)s)")
     parser.add_argument("--port", type=int, default=8081, help="listen port (%(default)s)")
+    parser.add_argument(
+        "--body-timeout",
+        type=float,
+        default=server.ServerConfig.body_timeout,
+        help="seconds a request body may send nothing before it is answered 408 (%(default)s)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

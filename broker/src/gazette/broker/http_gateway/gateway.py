@@ -12,15 +12,26 @@ broker's own port, so the RPC is routed and proxied like any client's):
 - ``PUT /<journal>`` appends the request body as one atomic append, streamed
   as it arrives: 204 with ``X-Commit-Begin``, ``X-Commit-End``,
   ``X-Write-Head``, ``X-Commit-SHA1-Sum`` on success, 500 with the error
-  text otherwise.
+  text otherwise. The append ends as soon as the broker refuses it, even
+  mid-body: the client then gets the broker's answer (and the connection
+  closes), not a reset. A body that sends nothing for ``body_timeout``
+  seconds is answered 408 and the append is cancelled, so nothing commits.
 
 Status codes follow Gazette's gateway: OK 206 (GET / HEAD), JOURNAL_NOT_FOUND
 404, INSUFFICIENT_JOURNAL_BROKERS 503, OFFSET_NOT_YET_AVAILABLE 416, any other
-status 500; malformed queries and requests 400.
+status 500; malformed queries and requests 400. A PUT to a journal that does
+not exist answers **500** ``JOURNAL_NOT_FOUND``, not 404: Gazette's gateway
+answers every failed append with 500, and we keep its contract. Unlike
+Gazette (400), an unknown method answers 405 with ``Allow: GET, HEAD, PUT``.
+
+Request targets are paths (``/a/journal?offset=0``), or absolute URLs: a path
+beginning ``//`` is a path, never a host (``GET //a/b`` asks for journal
+``/a/b``, which is invalid, not for journal ``b`` on host ``a``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import logging
 import posixpath
@@ -52,11 +63,14 @@ APPEND_CHUNK = 1 << 17
 
 
 class HttpError(Exception):
-    """A request the gateway answers with ``status`` and a text body."""
+    """A request the gateway answers with ``status``, a text body and extra ``headers``."""
 
-    def __init__(self, status: int, text: str) -> None:
+    def __init__(
+        self, status: int, text: str, headers: list[tuple[str, str]] | None = None
+    ) -> None:
         self.status = status
         self.text = text
+        self.headers = headers or []
         super().__init__(f"{status}: {text}")
 
 
@@ -97,11 +111,25 @@ def _journal_of(path: str) -> str:
     return urllib.parse.unquote(path)[1:]
 
 
+def split_target(target: str) -> tuple[str, str]:
+    """The (path, query) of an HTTP request target.
+
+    ``urlsplit`` reads ``//a//b`` as host ``a`` and path ``//b``: an origin-form
+    target (RFC 9112 §3.2.1, what clients send) has no host, so only absolute
+    URLs go through it.
+    """
+    if target.startswith("/"):
+        path, _, query = target.partition("?")
+        return path, query.partition("#")[0]
+    parts = urllib.parse.urlsplit(target)
+    return parts.path or "/", parts.query
+
+
 def parse_read_request(method: str, target: str) -> pb.ReadRequest:
     """The ReadRequest of a GET / HEAD; raises HttpError(400) when malformed."""
-    parts = urllib.parse.urlsplit(target)
-    query = _query(parts.query, ("offset", "block"))
-    req = pb.ReadRequest(journal=_journal_of(parts.path), metadata_only=method == "HEAD")
+    path, raw_query = split_target(target)
+    query = _query(raw_query, ("offset", "block"))
+    req = pb.ReadRequest(journal=_journal_of(path), metadata_only=method == "HEAD")
     try:
         if query.get("offset", ""):
             req.offset = int(query["offset"])
@@ -121,9 +149,9 @@ def parse_read_request(method: str, target: str) -> pb.ReadRequest:
 
 def parse_append_request(target: str) -> pb.AppendRequest:
     """The first AppendRequest of a PUT; raises HttpError(400) when malformed."""
-    parts = urllib.parse.urlsplit(target)
-    _query(parts.query, ())
-    req = pb.AppendRequest(journal=_journal_of(parts.path))
+    path, raw_query = split_target(target)
+    _query(raw_query, ())
+    req = pb.AppendRequest(journal=_journal_of(path))
     try:
         pb.validate(req)
     except pb.ValidationError as e:
@@ -158,7 +186,7 @@ class Gateway:
 
     async def read(self, method: str, target: str, authorization: str = "") -> Reply:
         req = parse_read_request(method, target)
-        path = urllib.parse.urlsplit(target).path
+        path = split_target(target)[0]
         metadata = (("authorization", authorization),) if authorization else None
         call = self._stub.Read(req, metadata=metadata)
         try:
@@ -241,29 +269,48 @@ class Gateway:
         target: str,
         body: Callable[[], Awaitable[bytes]],
         authorization: str = "",
+        *,
+        body_timeout: float | None = None,
     ) -> Reply:
-        """Append the body (``body()`` returns its next bytes, b"" at the end) atomically."""
+        """Append the body (``body()`` returns its next bytes, b"" at the end) atomically.
+
+        Reading the body stops as soon as the RPC ends (the broker refused the
+        append, or gave up on a stalled body): its outcome is the reply. A
+        ``body()`` that returns nothing for ``body_timeout`` seconds cancels the
+        append and raises ``HttpError(408)``.
+        """
         req = parse_append_request(target)
-        path = urllib.parse.urlsplit(target).path
+        path = split_target(target)[0]
         metadata = (("authorization", authorization),) if authorization else None
         call = self._stub.Append(metadata=metadata)
+        ended = asyncio.Event()
+        call.add_done_callback(lambda _call: ended.set())
         try:
-            await call.write(req)
-            pending = bytearray()
-            while chunk := await body():
-                pending += chunk
-                if len(pending) >= APPEND_CHUNK:
-                    await call.write(pb.AppendRequest(content=bytes(pending)))
-                    pending.clear()
-            if pending:
-                await call.write(pb.AppendRequest(content=bytes(pending)))
-            await call.write(pb.AppendRequest())
-            await call.done_writing()
+            try:
+                await call.write(req)
+                pending = bytearray()
+                while (chunk := await _next_body(body, ended, body_timeout)) is not None:
+                    if chunk:
+                        pending += chunk
+                        if len(pending) >= APPEND_CHUNK:
+                            await call.write(pb.AppendRequest(content=bytes(pending)))
+                            pending.clear()
+                        continue
+                    if pending:
+                        await call.write(pb.AppendRequest(content=bytes(pending)))
+                    await call.write(pb.AppendRequest())
+                    await call.done_writing()
+                    break
+            except grpc.aio.AioRpcError:
+                # A write fails once the broker has answered; grpcio reports that
+                # as its own INTERNAL error. The call's outcome is the real answer.
+                pass
             resp = await call
         except grpc.aio.AioRpcError as e:
+            log.warning("http_gateway: failed to proxy Append request: %s", e.details())
             return Reply(500, body=f"{e.details() or e.code().name}\n".encode())
         except BaseException:
-            call.cancel()  # The HTTP client went away: abort, so nothing commits.
+            call.cancel()  # The HTTP client went away or stalled: abort, so nothing commits.
             raise
         assert isinstance(resp, pb.AppendResponse)
         headers = _header_fields(resp.header, path)
@@ -278,5 +325,34 @@ class Gateway:
             return Reply(204, headers)
         name = pb.enum_text(pb.Status, resp.status)
         detail = f": {resp.store_health_error}" if resp.store_health_error else ""
-        # Like Gazette's gateway, every failed append is a 500 naming the status.
+        # Like Gazette's gateway, every failed append is a 500 naming the status
+        # (JOURNAL_NOT_FOUND too, where a GET answers 404).
         return Reply(500, headers, f"{name}{detail}\n".encode())
+
+
+async def _next_body(
+    body: Callable[[], Awaitable[bytes]], ended: asyncio.Event, idle_limit: float | None
+) -> bytes | None:
+    """The next bytes of ``body``; None if the RPC ``ended`` first.
+
+    Raises HttpError(408) when ``body`` gives nothing for ``idle_limit`` seconds.
+    """
+    if ended.is_set():
+        return None
+    read = asyncio.ensure_future(body())
+    stop = asyncio.ensure_future(ended.wait())
+    try:
+        done, _ = await asyncio.wait(
+            (read, stop), timeout=idle_limit, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        for task in (read, stop):
+            if not task.done():
+                task.cancel()
+        # Both are always awaited: a failed read is retrieved (raised) here.
+        await asyncio.wait((read, stop))
+    if read in done:
+        return read.result()
+    if stop in done:
+        return None
+    raise HttpError(408, f"request body sent nothing for {idle_limit:g}s")

@@ -12,13 +12,21 @@ broker process mounts the gateway by serving this in its place::
     await http.close()
 
 Connections are kept alive between requests; a client that disconnects
-cancels its blocking read.
+cancels its blocking read. A request body that sends nothing for
+:attr:`ServerConfig.body_timeout` (30 s by default) is answered 408: a PUT
+whose body stalls, or a request whose ``Content-Length`` promises more than
+it sends (or that is chunked and sends no chunks), doesn't hold its
+connection or its append for ever. A request answered before its body was
+read (a PUT the broker refused mid-body) gets ``Connection: close``; the
+server then stops writing and drops what the client still sends for a moment
+before closing, so the client reads the answer instead of a reset.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import http
 import logging
 from collections.abc import Callable
@@ -30,12 +38,26 @@ import prometheus_client as prom
 from gazette.broker import protocol as pb
 from gazette.broker.http_gateway import gateway
 
-__all__ = ["Server"]
+__all__ = ["Server", "ServerConfig"]
 
 log = logging.getLogger(__name__)
 
 _MAX_HEADERS = 16 * 1024
 _READ_SIZE = 64 * 1024
+_METHODS = "GET, HEAD, PUT"
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    """Settings of the HTTP server of a broker's HTTP port."""
+
+    #: Seconds a request body may send nothing before the request is answered 408.
+    body_timeout: float = 30.0
+    #: After answering a request whose body was not all read: seconds, and bytes,
+    #: of the client's remaining body to read and drop before closing, so that the
+    #: client reads the answer rather than a connection reset.
+    linger_timeout: float = 2.0
+    linger_bytes: int = 16 << 20
 
 
 class _ClientGone(Exception):
@@ -63,8 +85,10 @@ class Server:
         *,
         grpc_endpoint: str,
         registry: prom.CollectorRegistry | None = None,
+        config: ServerConfig = ServerConfig(),
     ) -> None:
         self._ready = ready
+        self._config = config
         self._registry = registry or prom.REGISTRY
         self._channel = grpc.aio.insecure_channel(pb.endpoint_grpc_addr(grpc_endpoint))
         self._gateway = gateway.Gateway(self._channel)
@@ -98,6 +122,12 @@ class Server:
                 if not isinstance(event, h11.Request):
                     break
                 await self._serve(conn, event, reader, writer)
+                if conn.their_state is h11.SEND_BODY and conn.our_state in (
+                    h11.DONE,
+                    h11.MUST_CLOSE,
+                ):
+                    await self._linger(reader, writer)
+                    break
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     break
                 conn.start_next_cycle()
@@ -114,13 +144,37 @@ class Server:
             with contextlib.suppress(ConnectionError, asyncio.CancelledError):
                 await writer.wait_closed()
 
-    async def _next_event(self, conn: h11.Connection, reader: asyncio.StreamReader) -> object:
+    async def _next_event(
+        self, conn: h11.Connection, reader: asyncio.StreamReader, *, in_body: bool = False
+    ) -> object:
+        """The next h11 event; in a body, HttpError(408) after ``body_timeout`` of silence."""
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
-                conn.receive_data(await reader.read(_READ_SIZE))
+                if not in_body:
+                    conn.receive_data(await reader.read(_READ_SIZE))
+                    continue
+                try:
+                    async with asyncio.timeout(self._config.body_timeout):
+                        data = await reader.read(_READ_SIZE)
+                except TimeoutError:
+                    raise gateway.HttpError(
+                        408, f"request body sent nothing for {self._config.body_timeout:g}s"
+                    ) from None
+                conn.receive_data(data)
                 continue
             return event
+
+    async def _linger(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Half-close, then drop what the client still sends (bounded) before the close."""
+        with contextlib.suppress(OSError, RuntimeError):
+            if writer.can_write_eof():
+                writer.write_eof()
+        left = self._config.linger_bytes
+        with contextlib.suppress(TimeoutError, ConnectionError):
+            async with asyncio.timeout(self._config.linger_timeout):
+                while left > 0 and (data := await reader.read(_READ_SIZE)):
+                    left -= len(data)
 
     async def _send(
         self, conn: h11.Connection, writer: asyncio.StreamWriter, event: h11.Event
@@ -149,7 +203,7 @@ class Server:
 
     async def _drain_body(self, conn: h11.Connection, reader: asyncio.StreamReader) -> None:
         while conn.their_state is h11.SEND_BODY:
-            event = await self._next_event(conn, reader)
+            event = await self._next_event(conn, reader, in_body=True)
             if isinstance(event, h11.ConnectionClosed):
                 raise _ClientGone
 
@@ -170,12 +224,13 @@ class Server:
                 auth = value.decode("latin-1")
         path = target.split("?", 1)[0]
 
-        if self._ready is not None and path.startswith("/debug/"):
-            await self._drain_body(conn, reader)
-            status, ctype, body = self._debug(method, path)
-            await self._send_simple(conn, writer, status, body, content_type=ctype)
-            return
         try:
+            if self._ready is not None and path.startswith("/debug/"):
+                await self._drain_body(conn, reader)
+                status, ctype, body = self._debug(method, path)
+                allow = [("Allow", "GET")] if status == 405 else []
+                await self._send_simple(conn, writer, status, body, allow, content_type=ctype)
+                return
             if method in ("GET", "HEAD"):
                 await self._drain_body(conn, reader)
                 reply = await self._gateway.read(method, target, auth)
@@ -183,24 +238,32 @@ class Server:
 
                 async def next_body() -> bytes:
                     while conn.their_state is h11.SEND_BODY:
-                        event = await self._next_event(conn, reader)
+                        event = await self._next_event(conn, reader, in_body=True)
                         if isinstance(event, h11.Data):
                             return bytes(event.data)
                         if isinstance(event, h11.ConnectionClosed):
                             raise _ClientGone
                     return b""
 
-                reply = await self._gateway.append(target, next_body, auth)
+                reply = await self._gateway.append(
+                    target, next_body, auth, body_timeout=self._config.body_timeout
+                )
             else:
                 await self._drain_body(conn, reader)
-                raise gateway.HttpError(400, f"unknown method: {method}")
+                raise gateway.HttpError(
+                    405, f"unknown method: {method}", headers=[("Allow", _METHODS)]
+                )
         except gateway.HttpError as e:
-            # A PUT refused before its body was read: answer, then close the connection.
-            await self._send_simple(conn, writer, e.status, f"{e.text}\n".encode())
+            # Maybe before the body was all read: then the connection closes after.
+            await self._send_simple(
+                conn, writer, e.status, f"{e.text}\n".encode(), self._closing(conn, e.headers)
+            )
             return
 
         if reply.stream is None:
-            await self._send_simple(conn, writer, reply.status, reply.body, reply.headers)
+            await self._send_simple(
+                conn, writer, reply.status, reply.body, self._closing(conn, reply.headers)
+            )
             return
         await self._send(conn, writer, _response(reply.status, reply.headers))
         await self._stream(conn, reader, writer, reply)
@@ -244,6 +307,13 @@ class Server:
         if extra:
             conn.receive_data(extra)
         await self._send(conn, writer, h11.EndOfMessage(headers=reply.trailers))
+
+    @staticmethod
+    def _closing(conn: h11.Connection, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """``headers``, plus ``Connection: close`` when the request body is not all read."""
+        if conn.their_state is h11.SEND_BODY:
+            return [*headers, ("Connection", "close")]
+        return headers
 
     def _debug(self, method: str, path: str) -> tuple[int, str, bytes]:
         assert self._ready is not None
