@@ -96,6 +96,13 @@ test: $(VENV)/.installed ## What CI runs: lint, then unit and integration tests.
 e2e: $(VENV)/.installed ## End-to-end suites (kube-apiserver + kwok; kind where Docker runs).
 	$(PY) -m pytest -q -m e2e
 
+# SIGKILLs of `make chaos`, in all (split between the spaced and the rapid scenario).
+CHAOS_KILLS ?= 100
+
+.PHONY: chaos
+chaos: $(VENV)/.installed ## Fault suite, long: CHAOS_KILLS (default 100) SIGKILLs, etcd/store/spool/SIGSTOP/SIGTERM/make-down faults; prints a table.
+	CHAOS_LONG=1 CHAOS_KILLS=$(CHAOS_KILLS) $(PY) -m pytest -s -q -m integration e2e/test_chaos.py
+
 .PHONY: bench
 bench: $(VENV)/.installed ## Benchmarks (figures, not pass/fail).
 	$(PY) -m bench

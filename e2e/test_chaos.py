@@ -79,7 +79,9 @@ async def test_sigkill_rapid(tmp_path: pathlib.Path, chaos_reports: list[Report]
     report = await scenarios.sigkill(
         "sigkill-rapid", PARAMS, tmp_path, PARAMS.rapid_kills, PARAMS.rapid_every_s
     )
-    _verdict(report, chaos_reports, kill_bound=True)
+    # Kills closer together than lease + restart overlap: one outage runs into the
+    # next, so the lease + 2 s bound is the spaced scenario's to check.
+    _verdict(report, chaos_reports)
 
 
 @pytest.mark.timeout(PARAMS.budget_s(PARAMS.stops * (2 * PARAMS.lease_s + 20)))

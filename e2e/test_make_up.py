@@ -119,8 +119,9 @@ def test_newcomer_sequence(data: pathlib.Path) -> None:
     # `make up` again is harmless; `make down` stops every process it started.
     assert "already up" in make("up", data)
     out = make("down", data)
+    assert "SIGKILL" not in out, out  # Every process exited of its own accord.
     for p in processes:
-        assert f"stopped {p.name} (pid {p.pid})" in out
+        assert f"stopped {p.name} (pid {p.pid}) after " in out
         assert not devcluster.is_running(p)
     assert devcluster.read_state(data) == []
 

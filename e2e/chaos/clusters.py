@@ -27,6 +27,8 @@ from gazette.keyspace import testing as ks_testing
 __all__ = ["DevCluster", "Exit", "ProcessCluster"]
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+#: Runs the brokers of :class:`ProcessCluster` from this source tree (a ``broker/src``).
+BROKER_SRC_ENV = "CHAOS_BROKER_SRC"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -75,8 +77,13 @@ class ProcessCluster:
     def prepare(self) -> testing.BrokerCluster:
         """Start etcd and lay out the brokers (not started yet: mount spools now)."""
         self.etcd.start()
+        # Checking the suite itself: brokers from another source tree (an older
+        # commit, say) must fail where that broker is broken.
+        other = os.environ.get(BROKER_SRC_ENV)
+        env = {"PYTHONPATH": other} if other else None
         self._cluster = testing.BrokerCluster(
             self.etcd.endpoint,
+            env=env,
             work_dir=self.work_dir,
             brokers=self._brokers,
             zones=self._zones,

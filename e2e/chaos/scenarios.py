@@ -105,8 +105,10 @@ class Params:
     #: ``make down`` / ``make up`` rounds.
     down_up_rounds: int = 1
     #: Writing before the first fault, and after the last.
-    warmup_s: float = 1.5
-    settle_s: float = 2.0
+    warmup_s: float = 1.0
+    settle_s: float = 1.5
+    #: Writing between one fault's recovery and the next fault.
+    spacing_s: float = 1.0
     #: Healing: how long a journal may take to be writable again.
     heal_s: float = 60.0
     #: Reading back: a read making no progress this long below the head is a hole.
@@ -135,6 +137,7 @@ class Params:
                 down_up_rounds=3,
                 warmup_s=3.0,
                 settle_s=5.0,
+                spacing_s=3.0,
             )
         kills = env.get("CHAOS_KILLS")
         if kills:
@@ -355,7 +358,7 @@ async def sigstop(params: Params, work_dir: pathlib.Path) -> Report:
                 cluster.brokers[victim].resume()
             run.workload.mark_fault(f"cont{k + 1}")
             await run.expect_writable(f"SIGCONT {k + 1}", params.kill_bound_s + 10)
-            await asyncio.sleep(2.0)
+            await asyncio.sleep(params.spacing_s)
 
     return await _on_process_cluster("sigstop-primary", params, work_dir, inject)
 
@@ -374,7 +377,7 @@ async def etcd_outage(params: Params, work_dir: pathlib.Path) -> Report:
             await asyncio.to_thread(cluster.etcd.restart)
             run.workload.mark_fault(f"etcd-back{k + 1}")
             await run.expect_writable(f"etcd restart {k + 1}", params.etcd_lease_s + 10)
-            await asyncio.sleep(3.0)
+            await asyncio.sleep(params.spacing_s)
 
     return await _on_process_cluster(
         "etcd-kill", params, work_dir, inject, lease_s=params.etcd_lease_s
@@ -401,7 +404,7 @@ async def store_outage(params: Params, work_dir: pathlib.Path) -> Report:
                 away.rename(root)
             run.workload.mark_fault(f"store-back{k + 1}")
             await run.expect_writable(f"store restored {k + 1}", 30)
-            await asyncio.sleep(2.0)
+            await asyncio.sleep(params.spacing_s)
 
     return await _on_process_cluster("store-outage", params, work_dir, inject)
 
@@ -486,7 +489,7 @@ async def spool_full(params: Params, work_dir: pathlib.Path) -> Report:
             (spool / "ballast").unlink()
             run.workload.mark_fault(f"space-back{k + 1}")
             await run.expect_writable(f"space returned {k + 1}", params.kill_bound_s + 10)
-            await asyncio.sleep(2.0)
+            await asyncio.sleep(params.spacing_s)
 
     return await _on_process_cluster("spool-full", params, work_dir, inject, prepare=prepare)
 
@@ -540,7 +543,7 @@ async def sigterm_all(params: Params, work_dir: pathlib.Path) -> Report:
             run.notes.append(f"round {k}: " + ", ".join(exits))
             await asyncio.to_thread(cluster.brokers.start)
             await run.expect_writable(f"restarting every broker ({k})", params.heal_s)
-            await asyncio.sleep(2.0)
+            await asyncio.sleep(params.spacing_s)
 
     return await _on_process_cluster("sigterm-all", params, work_dir, inject)
 
@@ -571,7 +574,7 @@ async def make_down_up(params: Params, work_dir: pathlib.Path) -> Report:
                 raise HarnessError(f"make up {k} failed:\n{up.output[-3000:]}")
             dev.expect_down = False
             await run.expect_writable(f"make up {k}", params.heal_s)
-            await asyncio.sleep(3.0)
+            await asyncio.sleep(params.spacing_s)
 
     channels = Channels()
     try:
