@@ -301,9 +301,10 @@ class Gateway:
                     await call.write(pb.AppendRequest())
                     await call.done_writing()
                     break
-            except grpc.aio.AioRpcError:
-                # A write fails once the broker has answered; grpcio reports that
-                # as its own INTERNAL error. The call's outcome is the real answer.
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                # A write fails once the broker has answered: grpcio says "RPC already
+                # finished", or reports its own INTERNAL error if the answer came
+                # mid-write. The call's outcome is the real answer.
                 pass
             resp = await call
         except grpc.aio.AioRpcError as e:
@@ -342,17 +343,14 @@ async def _next_body(
     read = asyncio.ensure_future(body())
     stop = asyncio.ensure_future(ended.wait())
     try:
-        done, _ = await asyncio.wait(
-            (read, stop), timeout=idle_limit, return_when=asyncio.FIRST_COMPLETED
-        )
+        await asyncio.wait((read, stop), timeout=idle_limit, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for task in (read, stop):
             if not task.done():
                 task.cancel()
-        # Both are always awaited: a failed read is retrieved (raised) here.
-        await asyncio.wait((read, stop))
-    if read in done:
-        return read.result()
-    if stop in done:
+        await asyncio.wait((read, stop))  # Both always end here.
+    if not read.cancelled():
+        return read.result()  # Its bytes, or its failure: retrieved either way.
+    if stop.done() and not stop.cancelled():
         return None
     raise HttpError(408, f"request body sent nothing for {idle_limit:g}s")
