@@ -97,6 +97,7 @@ class BrokerConfig:
     watch_delay_s: float = 0.030
     auto_suspend: bool = False
     drain_timeout_s: float = 60.0
+    http_body_timeout_s: float = 30.0
 
     @property
     def endpoint(self) -> str:
@@ -212,7 +213,8 @@ _FLAGS: tuple[tuple[str, str, str, Callable[[str], Any], object, str], ...] = (
         _port,
         0,
         "Port of the journal HTTP gateway, /debug/ready and /debug/metrics "
-        "(0: any free port, -1: off). Alias: --debug.port",
+        "(0: any free port, -1: off). A PUT to a missing journal answers 500, as "
+        "Gazette's gateway does (a GET answers 404). Alias: --debug.port",
     ),
     (
         "--broker.limit",
@@ -276,7 +278,8 @@ _FLAGS: tuple[tuple[str, str, str, Callable[[str], Any], object, str], ...] = (
         "broker.max_grpc_recv_size",
         int,
         4 << 20,
-        "Largest inbound gRPC message, bytes",
+        "Largest inbound gRPC message, bytes: larger Append and Apply requests "
+        "are refused with RESOURCE_EXHAUSTED",
     ),
     (
         "--broker.watch-delay",
@@ -293,6 +296,14 @@ _FLAGS: tuple[tuple[str, str, str, Callable[[str], Any], object, str], ...] = (
         _bool,
         False,
         "Suspend journals idle for 15 pulses",
+    ),
+    (
+        "--broker.http-body-timeout",
+        "BROKER_HTTP_BODY_TIMEOUT",
+        "broker.http_body_timeout_s",
+        _duration_s,
+        30.0,
+        "How long an HTTP request body may send nothing before it is answered 408 (Go duration)",
     ),
     (
         "--broker.drain-timeout",

@@ -106,13 +106,13 @@ class Pipeline:
     def send_err(self) -> BaseException | None:
         for i, e in enumerate(self._send_errs):
             if e is not None:
-                return errors.PipelineError(f"send: {e}", peer=self._member(i))
+                return errors.PipelineError(f"send: {errors.describe(e)}", peer=self._member(i))
         return None
 
     def recv_err(self) -> BaseException | None:
         for i, e in enumerate(self._recv_errs):
             if e is not None:
-                return errors.PipelineError(f"recv: {e}", peer=self._member(i))
+                return errors.PipelineError(f"recv: {errors.describe(e)}", peer=self._member(i))
         return None
 
     async def _give_back_spool(self) -> None:

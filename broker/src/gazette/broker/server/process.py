@@ -134,7 +134,9 @@ async def serve(cfg: config.Config, *, stop: asyncio.Event | None = None) -> Non
     bcfg = cfg.broker
     server = grpc.aio.server(
         options=[
-            ("grpc.max_receive_message_length", bcfg.max_grpc_recv_size),
+            # Appends and Applies refuse messages over --broker.max-grpc-recv-size
+            # themselves, with a clear status: gRPC's own limit is only a backstop.
+            ("grpc.max_receive_message_length", api.core_receive_limit(bcfg.max_grpc_recv_size)),
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 0),
         ]
@@ -174,7 +176,11 @@ async def serve(cfg: config.Config, *, stop: asyncio.Event | None = None) -> Non
     ready = False
     # The HTTP port serves the journal gateway (its RPCs go to our own gRPC
     # endpoint, so they route and proxy like any client's) and /debug/.
-    debug = http_gateway.Server(lambda: ready, grpc_endpoint=endpoint)
+    debug = http_gateway.Server(
+        lambda: ready,
+        grpc_endpoint=endpoint,
+        config=http_gateway.ServerConfig(body_timeout=bcfg.http_body_timeout_s),
+    )
 
     try:
         async with registry, asyncio.TaskGroup() as tg:
