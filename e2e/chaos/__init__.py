@@ -15,7 +15,10 @@ exited on their own and the write unavailability around each fault.
 * :mod:`chaos.report` — :class:`~chaos.report.Report` and the summary table.
 
 ``e2e/test_chaos.py`` runs the short version in ``make test``; ``make chaos``
-the long one (``CHAOS_LONG=1``, ``CHAOS_KILLS``), printing the table::
+the long one (``CHAOS_LONG=1``, ``CHAOS_KILLS``), printing the table. To check
+the suite itself, ``CHAOS_BROKER_SRC=<a broker/src>`` runs the brokers from
+another source tree, e.g. ``git archive <old commit> broker/src`` unpacked in
+/tmp: the short run then fails where that broker is broken. In code::
 
     report = await scenarios.sigkill("sigkill-spaced", Params(), tmp_path, kills=2, every_s=8)
     print(report.describe())

@@ -65,8 +65,6 @@ class ProcessCluster:
         self._extra_args = tuple(extra_args)
         self._cluster: testing.BrokerCluster | None = None
         self.exits: list[Exit] = []
-        #: Brokers the monitor must leave alone for now (a fault owns them).
-        self.hands_off: set[int] = set()
 
     @property
     def brokers(self) -> testing.BrokerCluster:
@@ -106,7 +104,7 @@ class ProcessCluster:
     async def monitor(self, stop: asyncio.Event, poll_s: float = 0.25) -> None:
         while not stop.is_set():
             for i, b in enumerate(self.brokers.brokers):
-                if i in self.hands_off or not b.exited_on_its_own:
+                if not b.exited_on_its_own:
                     continue
                 self.exits.append(Exit(b.suffix, b.returncode, time.monotonic(), b.log_tail(15)))
                 try:
