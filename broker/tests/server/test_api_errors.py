@@ -12,7 +12,7 @@ import pytest
 
 from gazette import keyspace
 from gazette.broker import protocol as pb
-from gazette.broker.server import api, errors, flow_control
+from gazette.broker.server import api, errors, flow_control, metrics
 
 
 def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
@@ -103,7 +103,7 @@ async def test_edge_ends_unexpected_errors_itself() -> None:
     servicer = api.JournalServicer(svc=None)  # type: ignore[arg-type]
     ctx = FakeContext()
     with pytest.raises(grpc.aio.AbortError):
-        await servicer._edge("Replicate", ctx, _fails(KeyError("x")), api._Outcome())  # type: ignore[arg-type]
+        await servicer._edge("Replicate", ctx, _fails(KeyError("x")), metrics.Outcome())  # type: ignore[arg-type]
     assert ctx.aborted == (grpc.StatusCode.UNKNOWN, "'x'")
     ctx = FakeContext()
     with pytest.raises(grpc.aio.AbortError):
@@ -111,7 +111,7 @@ async def test_edge_ends_unexpected_errors_itself() -> None:
             "Append",
             ctx,  # type: ignore[arg-type]
             _fails(errors.PipelineError(f"send: {REFUSED}", peer="z/p")),
-            api._Outcome(),
+            metrics.Outcome(),
         )
     assert ctx.aborted == (
         grpc.StatusCode.UNAVAILABLE,
@@ -125,7 +125,7 @@ async def test_edge_of_a_cancelled_rpc_raises_cancelled_not_the_error() -> None:
     servicer = api.JournalServicer(svc=None)  # type: ignore[arg-type]
     ctx = FakeContext(cancelled=True)
     with pytest.raises(asyncio.CancelledError):
-        await servicer._edge("Replicate", ctx, _fails(RuntimeError("batch")), api._Outcome())  # type: ignore[arg-type]
+        await servicer._edge("Replicate", ctx, _fails(RuntimeError("batch")), metrics.Outcome())  # type: ignore[arg-type]
     assert ctx.aborted is None
 
 

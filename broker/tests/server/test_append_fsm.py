@@ -11,7 +11,7 @@ import pytest
 
 from gazette.broker import protocol as pb
 from gazette.broker.protocol import protocol_pb2 as pb2
-from gazette.broker.server import errors
+from gazette.broker.server import errors, flow_control
 from gazette.broker.server.append_fsm import AppendFSM, State
 
 LOCAL = pb2.ProcessSpec.ID(zone="a", suffix="local")
@@ -98,7 +98,7 @@ class FakeReplica:
     index: FakeIndex = dataclasses.field(default_factory=FakeIndex)
     spool_slot: asyncio.Queue[Any] = dataclasses.field(default_factory=lambda: asyncio.Queue(1))
     pipeline_slot: asyncio.Queue[Any] = dataclasses.field(default_factory=lambda: asyncio.Queue(1))
-    flow: Any = None
+    flow: Any = dataclasses.field(default_factory=flow_control.FlowState)
     journal: str = "a/journal"
     flushes: int = 0
     # Answers of head_recovery_ready, and the (spool end, index end) it was asked about.
@@ -140,6 +140,7 @@ class FakeDeps:
         self.assignment_updates = 0
         self.spec_updates: list[pb2.JournalSpec] = []
         self.health_err: str | None = None
+        self.flow_limits = flow_control.FlowLimits()
 
     async def resolve(self, journal, **kw):
         self.resolves.append(kw)
@@ -580,3 +581,55 @@ async def test_a_failed_acknowledgement_asks_the_replica_to_persist_now() -> Non
     deps.pln._recv_err = RuntimeError("peer gone")
     await step_expect(fsm, State.ERROR)
     assert deps.replica.flushes == 1 and "peer gone" in str(fsm.err)
+
+
+async def _client(*chunks: bytes, stall: asyncio.Event | None = None):
+    for c in chunks:
+        yield pb2.AppendRequest(content=c)
+    if stall is not None:
+        await stall.wait()
+
+
+async def test_run_appends_a_client_stream_and_gives_the_pipeline_back() -> None:
+    deps = FakeDeps()
+    fsm = fsm_for(deps)
+    total, delayed = await fsm.run(_client(b"hello, ", b"world", b""))
+    assert fsm.state == State.FINISHED, fsm.err
+    assert (fsm.client_fragment.begin, fsm.client_fragment.end) == (0, 12)
+    assert total == 3 and delayed == 0
+    assert deps.replica.pipeline_slot.get_nowait() is deps.pln  # Kept for the next append.
+
+
+async def test_run_of_a_pulse_commits_nothing() -> None:
+    deps = FakeDeps()
+    fsm = fsm_for(deps)
+    assert await fsm.run(None) == (0, 0)
+    assert fsm.state == State.FINISHED
+    assert fsm.client_fragment.begin == fsm.client_fragment.end
+
+
+async def test_run_without_the_commit_chunk_fails_and_rolls_back() -> None:
+    deps = FakeDeps()
+    fsm = fsm_for(deps)
+    await fsm.run(_client(b"partial"))
+    assert fsm.state == State.ERROR and "unexpected EOF" in str(fsm.err)
+    assert deps.spool.spec.end == 0 and deps.spool.delta == b""
+
+
+async def test_run_cancelled_with_a_stalled_client_ends_in_error(monkeypatch) -> None:
+    # The client went away mid-stream: the FSM aborts, rolls back and gives the
+    # pipeline back within the grace period.
+    from gazette.broker.server import append_fsm
+
+    monkeypatch.setattr(append_fsm, "ABORT_GRACE", 5.0)
+    deps = FakeDeps()
+    fsm = fsm_for(deps)
+    stall = asyncio.Event()
+    task = asyncio.ensure_future(fsm.run(_client(b"partial", stall=stall)))
+    await asyncio.sleep(0.2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert fsm.state == State.ERROR
+    assert deps.spool.spec.end == 0
+    assert not deps.replica.pipeline_slot.empty()

@@ -15,21 +15,19 @@ Gazette references: ``broker/append_api.go``, ``replicate_api.go``,
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import grpc
 
 from gazette import keyspace
-from gazette.allocator import routes
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import errors as frag_errors
-from gazette.broker.fragment import reader, stores
+from gazette.broker.fragment import reader
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
-from gazette.broker.server import append_fsm, errors, metrics, resolver, service
+from gazette.broker.server import append_fsm, errors, metadata_api, metrics, resolver, service
 
 log = logging.getLogger(__name__)
 
@@ -105,16 +103,6 @@ async def _drain(source: AsyncIterator[Any]) -> None:
                 pass
 
 
-class _Outcome:
-    """Status label of a completed RPC for ``gazette_journal_server_completed_totals``."""
-
-    def __init__(self) -> None:
-        self.status = "ok"
-
-    def set(self, status: int) -> None:
-        self.status = "ok" if status == pb.OK else pb.Status.Name(_st(status))
-
-
 class JournalServicer(pb2_grpc.JournalServicer):
     """Implements ``protocol.Journal`` over a :class:`service.Service`."""
 
@@ -124,7 +112,11 @@ class JournalServicer(pb2_grpc.JournalServicer):
     # -- The edge -----------------------------------------------------------------------
 
     async def _edge(
-        self, op: str, context: grpc.aio.ServicerContext[Any, Any], aw: Awaitable[T], out: _Outcome
+        self,
+        op: str,
+        context: grpc.aio.ServicerContext[Any, Any],
+        aw: Awaitable[T],
+        out: metrics.Outcome,
     ) -> T:
         metrics.server_started.inc(op)
         try:
@@ -167,11 +159,11 @@ class JournalServicer(pb2_grpc.JournalServicer):
         request_iterator: AsyncIterator[pb.AppendRequest],
         context: grpc.aio.ServicerContext[pb.AppendRequest, pb.AppendResponse],
     ) -> pb.AppendResponse:
-        out = _Outcome()
+        out = metrics.Outcome()
         return await self._edge("Append", context, self._append(request_iterator, out), out)
 
     async def _append(
-        self, requests: AsyncIterator[pb.AppendRequest], out: _Outcome
+        self, requests: AsyncIterator[pb.AppendRequest], out: metrics.Outcome
     ) -> pb.AppendResponse:
         it = aiter(requests)
         try:
@@ -190,7 +182,7 @@ class JournalServicer(pb2_grpc.JournalServicer):
                 raise e.within("Journal") from None
         guard = _SizeGuard(it, self.svc.config.max_message_size)
         fsm = append_fsm.AppendFSM(self.svc, first, clock=self.svc.clock)
-        total, delayed = await self.svc.drive(fsm, guard)
+        total, delayed = await fsm.run(guard)
         res = fsm.resolved
 
         if fsm.state == append_fsm.State.PROXY:
@@ -255,13 +247,13 @@ class JournalServicer(pb2_grpc.JournalServicer):
         request_iterator: AsyncIterator[pb.ReplicateRequest],
         context: grpc.aio.ServicerContext[pb.ReplicateRequest, pb.ReplicateResponse],
     ) -> None:
-        out = _Outcome()
+        out = metrics.Outcome()
         await self._edge("Replicate", context, self._replicate(context, out), out)
 
     async def _replicate(
         self,
         context: grpc.aio.ServicerContext[pb.ReplicateRequest, pb.ReplicateResponse],
-        out: _Outcome,
+        out: metrics.Outcome,
     ) -> None:
         req = await context.read()
         if req is grpc.aio.EOF:
@@ -327,14 +319,14 @@ class JournalServicer(pb2_grpc.JournalServicer):
         request: pb.ReadRequest,
         context: grpc.aio.ServicerContext[pb.ReadRequest, pb.ReadResponse],
     ) -> None:
-        out = _Outcome()
+        out = metrics.Outcome()
         await self._edge("Read", context, self._read(request, context, out), out)
 
     async def _read(
         self,
         req: pb.ReadRequest,
         context: grpc.aio.ServicerContext[pb.ReadRequest, pb.ReadResponse],
-        out: _Outcome,
+        out: metrics.Outcome,
     ) -> None:
         pb.validate(req)
         res = await self.svc.resolve(
@@ -447,91 +439,18 @@ class JournalServicer(pb2_grpc.JournalServicer):
         request: pb.ListRequest,
         context: grpc.aio.ServicerContext[pb.ListRequest, pb.ListResponse],
     ) -> None:
-        out = _Outcome()
-        await self._edge("List", context, self._list(request, context), out)
-
-    async def _list(
-        self,
-        req: pb.ListRequest,
-        context: grpc.aio.ServicerContext[pb.ListRequest, pb.ListResponse],
-    ) -> None:
-        pb.validate(req)
-        selector = pb.rewrite_prefix_selector(req.selector)
-        observed = self.svc.observed
-        min_rev = req.watch_resume.etcd.revision + 1 if req.HasField("watch_resume") else 0
-        last_count, last_max_mod = -1, -1
-        while True:
-            await observed.ks.wait_for_revision(min_rev)
-            state = observed.state
-            header = self.svc.unrouted_header()
-            min_rev = observed.ks.revision + 1
-
-            journals: list[pb.ListResponse.Journal] = []
-            max_mod = -1
-            for i, kv in enumerate(state.items):
-                spec: pb.JournalSpec = kv.decoded.spec
-                if not pb.matches(selector, pb.label_set_ext(spec)):
-                    continue
-                max_mod = max(max_mod, kv.mod_revision)
-                j = pb.ListResponse.Journal(
-                    mod_revision=kv.mod_revision, create_revision=kv.create_revision
-                )
-                j.spec.CopyFrom(spec)
-                j.route.CopyFrom(_route_with_endpoints(state, state.assignments_of(i)))
-                journals.append(j)
-            if len(journals) == last_count and max_mod == last_max_mod:
-                continue  # Nothing this listing shows has changed.
-            last_count, last_max_mod = len(journals), max_mod
-
-            resp = pb.ListResponse(status=pb.OK)
-            resp.header.CopyFrom(header)
-            resp.journals.extend(journals[:MAX_JOURNALS_PER_LIST_RESPONSE])
-            await context.write(resp)
-            for i in range(
-                MAX_JOURNALS_PER_LIST_RESPONSE, len(journals), MAX_JOURNALS_PER_LIST_RESPONSE
-            ):
-                await context.write(
-                    pb.ListResponse(journals=journals[i : i + MAX_JOURNALS_PER_LIST_RESPONSE])
-                )
-            if not req.watch:
-                return
-            await context.write(pb.ListResponse())  # End of this snapshot.
+        out = metrics.Outcome()
+        await self._edge(
+            "List", context, metadata_api.list_journals(self.svc, request, context), out
+        )
 
     async def Apply(
         self,
         request: pb.ApplyRequest,
         context: grpc.aio.ServicerContext[pb.ApplyRequest, pb.ApplyResponse],
     ) -> pb.ApplyResponse:
-        out = _Outcome()
-        return await self._edge("Apply", context, self._apply(request, out), out)
-
-    async def _apply(self, req: pb.ApplyRequest, out: _Outcome) -> pb.ApplyResponse:
-        limit = self.svc.config.max_message_size
-        if (size := req.ByteSize()) > limit:  # grpc core lets it in: see core_receive_limit.
-            raise errors.MessageTooLarge("ApplyRequest", size, limit)
-        pb.validate(req)
-        changes: list[keyspace.Change] = []
-        for ch in req.changes:
-            if ch.HasField("upsert"):
-                changes.append(
-                    keyspace.Change(
-                        ch.upsert.name, ch.upsert.SerializeToString(), ch.expect_mod_revision
-                    )
-                )
-            else:
-                changes.append(keyspace.Change(ch.delete, None, ch.expect_mod_revision))
-        resp = pb.ApplyResponse(status=pb.OK)
-        resp.header.CopyFrom(self.svc.unrouted_header())
-        ks = self.svc.observed.ks
-        result = await keyspace.apply_changes(self.svc.etcd, ks.root, changes)
-        if not result.succeeded:
-            resp.status = pb.ETCD_TRANSACTION_FAILED
-            out.set(resp.status)
-        elif changes:
-            # Read our own write before answering.
-            await ks.wait_for_revision(result.revision)
-        resp.header.etcd.revision = result.revision
-        return resp
+        out = metrics.Outcome()
+        return await self._edge("Apply", context, metadata_api.apply(self.svc, request, out), out)
 
     # -- ListFragments ------------------------------------------------------------------
 
@@ -540,55 +459,10 @@ class JournalServicer(pb2_grpc.JournalServicer):
         request: pb.FragmentsRequest,
         context: grpc.aio.ServicerContext[pb.FragmentsRequest, pb.FragmentsResponse],
     ) -> pb.FragmentsResponse:
-        out = _Outcome()
-        return await self._edge("ListFragments", context, self._list_fragments(request, out), out)
-
-    async def _list_fragments(
-        self, req: pb.FragmentsRequest, out: _Outcome
-    ) -> pb.FragmentsResponse:
-        pb.validate(req)
-        page_limit = req.page_limit or DEFAULT_FRAGMENTS_PAGE_LIMIT
-        res = await self.svc.resolve(
-            req.journal,
-            may_proxy=not req.do_not_proxy,
-            require_primary=False,
-            proxy_header=req.header if req.HasField("header") else None,
+        out = metrics.Outcome()
+        return await self._edge(
+            "ListFragments", context, metadata_api.list_fragments(self.svc, request, out), out
         )
-        resp = pb.FragmentsResponse(status=_st(res.status))
-        resp.header.CopyFrom(res.header)
-        if res.status != pb.OK:
-            out.set(res.status)
-            return resp
-        assert res.journal_spec is not None
-        if not pb.journal_may_read(res.journal_spec):
-            resp.status = pb.NOT_ALLOWED
-            out.set(resp.status)
-            return resp
-        if res.replica is None:
-            _, endpoint = service.pick_member(res, require_primary=False)
-            fwd = pb.FragmentsRequest()
-            fwd.CopyFrom(req)
-            fwd.header.CopyFrom(res.header)
-            proxied: pb.FragmentsResponse = await self.svc.peers.stub(endpoint).ListFragments(fwd)
-            return proxied
-
-        fragments = await res.replica.index.inspect()
-        begins = [f.begin for f in fragments]
-        nxt = bisect.bisect_left(begins, req.next_page_token)
-        ttl = pb.duration_seconds(req.signatureTTL) if req.HasField("signatureTTL") else None
-        while nxt < len(fragments) and len(resp.fragments) < page_limit:
-            f = fragments[nxt]
-            nxt += 1
-            if (f.mod_time != 0 and f.mod_time < req.begin_mod_time) or (
-                req.end_mod_time != 0 and (f.mod_time == 0 or f.mod_time > req.end_mod_time)
-            ):
-                continue
-            out_f = resp.fragments.add()
-            out_f.spec.CopyFrom(f.spec)
-            if ttl is not None and f.spec.backing_store:
-                out_f.signed_url = self.svc.registry.sign_get_url(f.spec, ttl)
-        resp.next_page_token = fragments[nxt].begin if nxt < len(fragments) else 0
-        return resp
 
     # -- FragmentStoreHealth ------------------------------------------------------------
 
@@ -599,43 +473,13 @@ class JournalServicer(pb2_grpc.JournalServicer):
             pb.FragmentStoreHealthRequest, pb.FragmentStoreHealthResponse
         ],
     ) -> pb.FragmentStoreHealthResponse:
-        out = _Outcome()
+        out = metrics.Outcome()
         return await self._edge(
-            "FragmentStoreHealth", context, self._store_health(request, out), out
+            "FragmentStoreHealth", context, metadata_api.store_health(self.svc, request, out), out
         )
 
-    async def _store_health(
-        self, req: pb.FragmentStoreHealthRequest, out: _Outcome
-    ) -> pb.FragmentStoreHealthResponse:
-        pb.validate(req)
-        resp = pb.FragmentStoreHealthResponse(status=pb.OK)
-        resp.header.CopyFrom(self.svc.unrouted_header())
-        active = self.svc.registry.get(req.fragment_store)
-        next_check, err = active.health_status()
-        if err is not None and str(err) == stores.FIRST_HEALTH_CHECK:
-            await next_check.wait()
-            _, err = active.health_status()
-        if err is None and req.check_delete:
-            try:
-                async with asyncio.timeout(DELETE_PROBE_TIMEOUT):
-                    await active.check_delete(req.check_delete_prefix)
-            except (frag_errors.StoreError, TimeoutError) as e:
-                err = e
-        if err is not None:
-            resp.status = pb.FRAGMENT_STORE_UNHEALTHY
-            resp.store_health_error = str(err) or type(err).__name__
-            out.set(resp.status)
-        return resp
 
-
-def _st(status: int) -> pb.Status.ValueType:
-    return cast("pb.Status.ValueType", status)
-
-
-def _route_with_endpoints(state: Any, assignments: Any) -> pb.Route:
-    rt = routes.route_of(assignments)
-    routes.attach_endpoints(rt, state)
-    return rt
+_st = metadata_api.st
 
 
 async def _race(

@@ -14,169 +14,62 @@ Each state has one ``_on_<state>()`` coroutine that first asserts it is in
 that state and leaves the machine in the next one; :meth:`AppendFSM.run_to`
 drives until a target state. Tests step it one transition at a time.
 
-The FSM reaches its collaborators through :class:`Deps` (resolution, etcd
-transactions, rolling and store health) and the :class:`Resolution` it gets
-back (the local replica, its spool and pipeline slots), so it is unit-tested
-with in-process fakes and served with the real broker.
+:meth:`AppendFSM.run` owns the whole loop, as Gazette's ``appendFSM.run``
+does: the Append RPC builds a machine from the client's first message and
+awaits ``run`` with the rest of the stream (a replica's pulse passes none);
+client content then flows through flow control into the content phase
+(:mod:`gazette.broker.server.append_content`). The machine reaches its broker
+through :class:`~gazette.broker.server.append_state.Deps` (resolution, etcd
+transactions, rolling, store health) and the
+:class:`~gazette.broker.server.resolver.Resolution` it gets back (the local
+replica, its spool and pipeline slots), so it is unit-tested with in-process
+fakes and served by the real broker.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
-import hashlib
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from gazette.broker import protocol as pb
 from gazette.broker.protocol import protocol_pb2 as pb2
-from gazette.broker.server import errors
+from gazette.broker.server import errors, resolver
+from gazette.broker.server import pipeline as pipeline_
+from gazette.broker.server import replica as replica_
+from gazette.broker.server.append_content import ContentPhase
+from gazette.broker.server.append_state import (
+    ABORT_GRACE,
+    DEFAULT_FLUSH_INTERVAL_S,
+    REPLICATE_CONTENT_BYTES,
+    STORE_HEALTH_CHECK_RETRIES,
+    TERMINAL,
+    Deps,
+    State,
+    Status,
+    copy_labels,
+)
 
 log = logging.getLogger(__name__)
 
-Status = pb2.Status
-STORE_HEALTH_CHECK_RETRIES = 5  # Awaits up to 6 health-check completions, as Gazette.
-DEFAULT_FLUSH_INTERVAL_S = 24 * 3600
-# Client content chunks are coalesced into Replicate content messages of about this
-# many bytes: gRPC's cost is mostly per message, so fewer, larger ones replicate
-# faster. Kept well below the 4 MiB default message limit of brokers (ours and
-# Gazette's), and a client chunk larger than this is forwarded alone.
-REPLICATE_CONTENT_BYTES = 256 * 1024
+__all__ = [
+    "ABORT_GRACE",
+    "DEFAULT_FLUSH_INTERVAL_S",
+    "REPLICATE_CONTENT_BYTES",
+    "STORE_HEALTH_CHECK_RETRIES",
+    "TERMINAL",
+    "AppendFSM",
+    "Deps",
+    "State",
+]
 
 T = TypeVar("T")
 
 
-def _copy_labels(labels: pb2.LabelSet) -> pb2.LabelSet:
-    out = pb2.LabelSet()
-    out.CopyFrom(labels)
-    return out
-
-
-class State(enum.IntEnum):
-    RESOLVE = 0
-    ACQUIRE_PIPELINE = 1
-    START_PIPELINE = 2
-    SEND_PIPELINE_SYNC = 3
-    RECV_PIPELINE_SYNC = 4
-    UPDATE_ASSIGNMENTS = 5
-    AWAIT_DESIRED_REPLICAS = 6
-    VALIDATE_PRECONDITIONS = 7
-    UPDATE_SUSPEND = 8
-    STREAM_CONTENT = 9  # Semi-terminal: needs client input.
-    READ_ACKNOWLEDGEMENTS = 10
-    ERROR = 11  # Terminal.
-    PROXY = 12  # Terminal.
-    FINISHED = 13  # Terminal.
-
-
-TERMINAL = frozenset({State.ERROR, State.PROXY, State.FINISHED})
-
-# Suspend modes of an append that may not carry content (looked up once: enum
-# attributes of generated protobuf classes resolve through Python code).
-_SUSPEND_WITHOUT_CONTENT = frozenset(
-    {
-        pb2.AppendRequest.SUSPEND_IF_FLUSHED,
-        pb2.AppendRequest.SUSPEND_NOW,
-        pb2.AppendRequest.SUSPEND_KEEP,
-    }
-)
-
-
-class Spool(Protocol):
-    """What the FSM reads of a replica spool (``gazette.broker.fragment`` Spool)."""
-
-    @property
-    def spec(self) -> pb2.Fragment: ...
-    @property
-    def registers(self) -> pb2.LabelSet: ...
-
-    def next(self) -> pb2.Fragment: ...
-
-
-class Pipeline(Protocol):
-    """Replication pipeline of a primary (see :mod:`gazette.broker.server.pipeline`)."""
-
-    header: pb2.Header
-    spool: Any
-
-    async def scatter(self, req: pb2.ReplicateRequest) -> None: ...
-    def send_err(self) -> BaseException | None: ...
-    def recv_err(self) -> BaseException | None: ...
-    async def gather_sync(self) -> tuple[int, pb2.LabelSet | None, int]: ...
-    async def gather_ok(self) -> None: ...
-    async def gather_eof(self) -> None: ...
-    def barrier(self) -> tuple[asyncio.Future[None], asyncio.Future[None]]: ...
-    async def close_send(self) -> None: ...
-    async def abort(self) -> None: ...
-    async def shutdown(self, expect_err: bool) -> None: ...
-
-
-class Index(Protocol):
-    async def wait_first_refresh(self) -> None: ...
-    def summary(self) -> tuple[int, int, int]: ...
-
-
-class Replica(Protocol):
-    @property
-    def journal(self) -> str: ...
-    @property
-    def index(self) -> Any: ...
-    @property
-    def spool_slot(self) -> asyncio.Queue[Any]: ...
-    @property
-    def pipeline_slot(self) -> asyncio.Queue[Any]: ...
-    @property
-    def flow(self) -> Any: ...
-
-    def request_flush(self) -> None: ...
-    def head_recovery_ready(self, spool_end: int, index_end: int) -> bool: ...
-
-
-class Resolution(Protocol):
-    status: int  # The FSM sets the status it fails with.
-
-    @property
-    def header(self) -> pb2.Header: ...
-    @property
-    def local_id(self) -> pb2.ProcessSpec.ID: ...
-    @property
-    def journal_spec(self) -> pb2.JournalSpec | None: ...
-    @property
-    def replica(self) -> Replica | None: ...
-    @property
-    def invalidated(self) -> asyncio.Event: ...
-    @property
-    def assignments_consistent(self) -> bool:
-        """Every assignment value is equivalent to the route."""
-        ...
-
-
-class Deps(Protocol):
-    """Collaborators of the FSM, implemented by the broker Service."""
-
-    async def resolve(
-        self,
-        journal: str,
-        *,
-        may_proxy: bool,
-        require_primary: bool,
-        min_etcd_revision: int = 0,
-        proxy_header: pb2.Header | None = None,
-    ) -> Resolution: ...
-
-    def new_pipeline(self, resolution: Resolution, spool: Any) -> Pipeline: ...
-    async def update_assignments(self, resolution: Resolution) -> int: ...
-    async def update_journal_spec(self, resolution: Resolution, spec: pb2.JournalSpec) -> int: ...
-    def maybe_roll(
-        self, spool: Any, roll_to_offset: int, spec: pb2.JournalSpec
-    ) -> pb2.Fragment: ...
-    async def await_store_health(self, resolution: Resolution) -> str | None: ...
-    def desired_replication(self, spec: pb2.JournalSpec) -> int: ...
-
-
-class AppendFSM:
+class AppendFSM(ContentPhase):
     """One execution of an append (an Append RPC, or a replica's pulse)."""
 
     def __init__(
@@ -186,20 +79,20 @@ class AppendFSM:
         self.req = req
         self.clock = clock
         self.state = State.RESOLVE
-        self.resolved: Resolution | None = None
-        self.pln: Pipeline | None = None
+        self.resolved: resolver.Resolution | None = None
+        self.pln: pipeline_.Pipeline | None = None
         self.pln_header = False
         self.pln_owned = False  # Do we hold the replica's pipeline slot?
         # The replica whose slot we hold: a later resolution may name another
         # replica (demoted and re-created), and the pipeline goes back where it came from.
-        self.pln_replica: Replica | None = None
+        self.pln_replica: replica_.Replica | None = None
         self.read_through_rev = 0
         self.roll_to_offset = 0
         self.registers = pb2.LabelSet()
         self.next_suspend: pb2.JournalSpec.Suspend | None = None
         self.client_commit = False
         self.client_fragment: pb2.Fragment | None = None
-        self.client_summer: Any = None
+        self.client_summer: Any = None  # hashlib's SHA-1 object (no public type).
         # Client content read but not yet scattered (see REPLICATE_CONTENT_BYTES):
         # it begins at ``client_fragment.end - pending_size``.
         self.pending: list[bytes] = []
@@ -248,6 +141,62 @@ class AppendFSM:
             await self.step()
         return True
 
+    async def run(
+        self,
+        requests: AsyncIterator[pb2.AppendRequest] | None,
+        *,
+        give_up_after: float | None = None,
+    ) -> tuple[int, int]:
+        """Run to a terminal state; returns the client's (total, delayed) content chunks.
+
+        ``requests`` are the client's messages after the first (None: a pulse, which
+        commits zero bytes). The machine runs in a task of its own: if our caller is
+        cancelled (the client went away) or ``give_up_after`` seconds pass, it is
+        asked to abort and given :data:`ABORT_GRACE` to get its pipeline back in
+        order; only then is the pipeline torn down (:meth:`abandon`).
+        """
+        task = asyncio.ensure_future(self._run(requests))
+        try:
+            done, _ = await asyncio.wait({task}, timeout=give_up_after)
+            if not done:
+                self.aborted.set()
+                done, _ = await asyncio.wait({task}, timeout=ABORT_GRACE)
+            if done:
+                return task.result()
+        except asyncio.CancelledError:
+            self.aborted.set()
+            done, _ = await asyncio.wait({task}, timeout=ABORT_GRACE)
+            if not done:
+                await self._give_up(task)
+            raise
+        await self._give_up(task)
+        return 0, 0
+
+    async def _give_up(self, task: asyncio.Future[tuple[int, int]]) -> None:
+        log.warning("abandoning append of %s in state %s", self.req.journal, self.state.name)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await self.abandon()
+        if self.state not in TERMINAL:
+            self.err = errors.Cancelled()
+            self.state = State.ERROR
+
+    async def _run(self, requests: AsyncIterator[pb2.AppendRequest] | None) -> tuple[int, int]:
+        totals = (0, 0)
+        try:
+            if not await self.run_to(State.STREAM_CONTENT):
+                return totals
+            if requests is None:
+                await self.on_stream_content(pb2.AppendRequest(), None)  # Intent to commit.
+                await self.on_stream_content(None, None)  # Commit.
+            else:
+                totals = await self._stream_client_content(requests)
+            await self.run_to(State.FINISHED)
+            return totals
+        finally:
+            await self.release_pipeline()
+
     async def release_pipeline(self) -> None:
         """Return a held pipeline slot (always called when the FSM is done)."""
         if self.pln_owned:
@@ -255,7 +204,7 @@ class AppendFSM:
             self.pln_replica.pipeline_slot.put_nowait(self.pln)
             self.pln_owned, self.pln_replica = False, None
 
-    def _replica(self) -> Replica:
+    def _replica(self) -> replica_.Replica:
         assert self.resolved is not None and self.resolved.replica is not None
         return self.resolved.replica
 
@@ -263,7 +212,7 @@ class AppendFSM:
         assert self.resolved is not None and self.resolved.journal_spec is not None
         return self.resolved.journal_spec
 
-    def _pipeline(self) -> Pipeline:
+    def _pipeline(self) -> pipeline_.Pipeline:
         assert self.pln is not None
         return self.pln
 
@@ -372,7 +321,7 @@ class AppendFSM:
         if self.pln is not None and pb.route_equivalent(
             self.pln.header.route, self.resolved.header.route
         ):
-            self.registers = _copy_labels(self.pln.spool.registers)
+            self.registers = copy_labels(self.pln.spool.registers)
             self.state = State.UPDATE_ASSIGNMENTS
             return
         if self.pln is not None:
@@ -384,7 +333,7 @@ class AppendFSM:
             self.state = State.RESOLVE
             return
         assert spool is not None
-        self.registers = _copy_labels(spool.registers)
+        self.registers = copy_labels(spool.registers)
         self.pln = self.deps.new_pipeline(self.resolved, spool)
         self.pln_header = True
         if spool.spec.begin != spool.spec.end:
@@ -421,7 +370,7 @@ class AppendFSM:
             # A peer is further along (or at an equal offset with another fragment):
             # propose that everyone rolls forward to it, taking its registers.
             if roll_registers is not None:
-                self.registers = _copy_labels(roll_registers)
+                self.registers = copy_labels(roll_registers)
             self.state = State.SEND_PIPELINE_SYNC
         elif self.read_through_rev != 0:
             # A peer has a newer, different route: re-resolve at its revision.
@@ -556,7 +505,7 @@ class AppendFSM:
         self.state = State.STREAM_CONTENT
 
     async def _await_index_and_store(
-        self, res: Resolution, replica: Replica, spec: pb2.JournalSpec
+        self, res: resolver.Resolution, replica: replica_.Replica, spec: pb2.JournalSpec
     ) -> str | None:
         """Wait for the index's first store listing and a healthy primary store, together.
 
@@ -601,151 +550,3 @@ class AppendFSM:
             },
         )
         self.state = State.RESOLVE
-
-    async def on_stream_content(
-        self, req: pb2.AppendRequest | None, err: BaseException | None
-    ) -> None:
-        """Consume one client message; ``req=None, err=None`` is the client's EOF."""
-        self.must_state(State.STREAM_CONTENT)
-        res, pln, spec = self.resolved, self._pipeline(), self._spec()
-        assert res is not None
-        eof = req is None and err is None
-
-        if self.client_fragment is None:
-            # First call: maybe roll ahead of this append. The pipeline is synchronised,
-            # so peers will agree and no acknowledgement is asked for.
-            proposal = self.deps.maybe_roll(pln.spool, self.roll_to_offset, spec)
-            if proposal != pln.spool.spec:
-                await pln.scatter(
-                    pb2.ReplicateRequest(
-                        proposal=proposal, registers=self.registers, acknowledge=False
-                    )
-                )
-            frag = pln.spool.spec
-            self.client_fragment = pb2.Fragment(
-                journal=frag.journal,
-                begin=frag.end,
-                end=frag.end,
-                compression_codec=frag.compression_codec,
-            )
-            self.client_summer = hashlib.sha1()
-
-        content = b""
-        if req is not None and err is None:
-            try:
-                pb.validate(req)
-            except pb.ValidationError as e:
-                err = e
-            else:
-                if req.journal:
-                    err = errors.ExpectedContentChunk()
-                content = req.content  # Once: each access of a bytes field copies it.
-
-        if eof and not self.client_commit:
-            eof, err = False, errors.UnexpectedEOF()
-        elif req is not None and err is None and self.client_commit:
-            err = errors.ExpectedEOF()
-        elif req is not None and err is None and len(content) == 0:
-            self.client_commit = True  # EOF must follow, then we commit.
-            await self._flush_content(pln)
-            if pln.send_err() is None:
-                return
-        elif (
-            req is not None
-            and err is None
-            and (not pb.journal_may_write(spec) or self.req.suspend in _SUSPEND_WITHOUT_CONTENT)
-        ):
-            res.status = Status.NOT_ALLOWED
-        elif req is not None and err is None:
-            n = len(content)
-            if self.pending_size and self.pending_size + n > self.replicate_content_bytes:
-                await self._flush_content(pln)
-            self.pending.append(content)
-            self.pending_size += n
-            self.client_summer.update(content)
-            self.client_fragment.end += n
-            if self.pending_size >= self.replicate_content_bytes:
-                await self._flush_content(pln)
-            if pln.send_err() is None:
-                return
-
-        # Errored, or at the end of input. Content still pending is dropped: only a
-        # commit (whose marker flushed it) replicates it.
-        self.pending.clear()
-        self.pending_size = 0
-        frag = self.client_fragment
-        frag.sum.CopyFrom(pb.sha1sum_from_digest(self.client_summer.digest()))
-        if (
-            eof
-            and frag.end == frag.begin
-            and (self.req.HasField("union_registers") or self.req.HasField("subtract_registers"))
-        ):
-            eof, err = False, errors.RegisterUpdateWithEmptyAppend()
-
-        if eof and pln.send_err() is None and res.status == Status.OK:
-            assert self.client_commit
-            proposal = pln.spool.next()
-            if self.req.HasField("subtract_registers"):
-                self.registers = pb.subtract(self.registers, self.req.subtract_registers)
-            if self.req.HasField("union_registers"):
-                self.registers = pb.union(self.req.union_registers, self.registers)
-        else:
-            # Client or peer failure: the pipeline is sound, but partial content rolls back.
-            proposal = pb2.Fragment()
-            proposal.CopyFrom(pln.spool.spec)
-            if err is not None:
-                self.err = errors.StreamError(f"append stream: {err}")
-        await pln.scatter(
-            pb2.ReplicateRequest(proposal=proposal, registers=self.registers, acknowledge=True)
-        )
-        self.state = State.READ_ACKNOWLEDGEMENTS
-
-    async def _flush_content(self, pln: Pipeline) -> None:
-        """Scatter pending client content as one Replicate content message."""
-        if not self.pending_size:
-            return
-        frag = self.client_fragment
-        assert frag is not None
-        size = self.pending_size
-        pending = self.pending
-        content = pending[0] if len(pending) == 1 else b"".join(pending)
-        self.pending = []
-        self.pending_size = 0
-        await pln.scatter(
-            pb2.ReplicateRequest(content=content, content_delta=frag.end - size - frag.begin)
-        )
-
-    async def _on_read_acknowledgements(self) -> None:
-        self.must_state(State.READ_ACKNOWLEDGEMENTS)
-        pln, res = self._pipeline(), self.resolved
-        assert res is not None
-        send_err = pln.send_err()
-        wait_for, close_after = pln.barrier()
-        if send_err is None:
-            await self.release_pipeline()  # The next append may start sending now.
-        else:
-            await pln.close_send()
-            self.pln = None
-            await self.release_pipeline()  # Returns None: a new pipeline will be built.
-        try:
-            await wait_for  # Our turn to read ordered acknowledgements.
-            await pln.gather_ok()
-            if send_err is not None:
-                await pln.gather_eof()
-        finally:
-            if not close_after.done():
-                close_after.set_result(None)
-
-        recv_err = pln.recv_err()
-        if send_err is not None or recv_err is not None:
-            self._replica().request_flush()  # A member is failing: store our copy now.
-        if self.err is not None or res.status != Status.OK:
-            self.state = State.ERROR
-        elif recv_err is not None:
-            self.err = errors.PipelineError(str(recv_err))
-            self.state = State.ERROR
-        elif send_err is not None:
-            self.err = errors.PipelineError(str(send_err))
-            self.state = State.ERROR
-        else:
-            self.state = State.FINISHED

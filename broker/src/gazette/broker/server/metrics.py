@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import cast
 
 import prometheus_client as prom
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+
+from gazette.broker import protocol as pb
 
 OPERATIONS = (
     "List",
@@ -76,3 +79,15 @@ JOURNAL_HEAD_RECOVERIES = prom.Counter(
     "gazette_journal_head_recoveries",
     "Journals resumed at the end of their persisted fragments after losing an unpersisted tail.",
 )
+
+
+class Outcome:
+    """Status label of a completed RPC for ``gazette_journal_server_completed_totals``."""
+
+    def __init__(self) -> None:
+        self.status = "ok"
+
+    def set(self, status: int) -> None:
+        self.status = (
+            "ok" if status == pb.OK else pb.Status.Name(cast("pb.Status.ValueType", status))
+        )

@@ -47,7 +47,7 @@ from gazette import allocator
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import cover_set, index, spool, stores
 from gazette.broker.fragment import errors as frag_errors
-from gazette.broker.server import flow_control, metrics
+from gazette.broker.server import flow_control, metrics, pipeline
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class Replica:
         self.spool_slot.put_nowait(
             spool.Spool(journal, self, config=spool_config or spool.SpoolConfig())
         )
-        self.pipeline_slot: asyncio.Queue[object] = asyncio.Queue(1)
+        self.pipeline_slot: asyncio.Queue[pipeline.Pipeline | None] = asyncio.Queue(1)
         self.pipeline_slot.put_nowait(None)
         self.flow = flow_control.FlowState()
         self.signal = asyncio.Event()
@@ -312,14 +312,14 @@ class Replica:
         # The slots are intentionally left empty: nothing may use this replica again.
 
 
-async def _close_pipeline(pln: object, journal: str) -> None:
+async def _close_pipeline(pln: pipeline.Pipeline, journal: str) -> None:
     """Close a pipeline with its EOF handshake, or abort it if that takes too long."""
     try:
         async with asyncio.timeout(SHUTDOWN_PIPELINE_TIMEOUT):
-            await pln.shutdown(False)  # type: ignore[attr-defined]
+            await pln.shutdown(False)
     except TimeoutError:
         log.warning("pipeline of %s did not close in time; aborting it", journal)
-        await pln.abort()  # type: ignore[attr-defined]
+        await pln.abort()
 
 
 def _empty_at_end(sp: spool.Spool) -> pb.Fragment:

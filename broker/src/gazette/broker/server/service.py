@@ -5,10 +5,10 @@ The Service is the runtime core of a broker process (Gazette
 per locally assigned journal (a :class:`~gazette.broker.server.replica.ReplicaSet`
 observing the KeySpace), resolves journals, dials peers, and implements the
 collaborators of :class:`~gazette.broker.server.append_fsm.AppendFSM`
-(:class:`~gazette.broker.server.append_fsm.Deps`): pipelines, the assignment
-and suspension transactions, fragment rolls and store health. It also drives
-append FSMs to completion, for Append RPCs and for replica pulses, in a way
-that never interrupts a pipeline half-way through a request.
+(:class:`~gazette.broker.server.append_state.Deps`): pipelines, the assignment
+and suspension transactions, fragment rolls and store health. It is wiring:
+the FSM runs its own loop (``AppendFSM.run``), for Append RPCs and for the
+pulses of replicas.
 
 The gRPC surface lives in :mod:`gazette.broker.server.api`.
 """
@@ -20,7 +20,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import aetcd
 import grpc
@@ -33,10 +33,6 @@ from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 from gazette.broker.server import append_fsm, errors, flow_control, pipeline, replica, resolver
 
 log = logging.getLogger(__name__)
-
-# How long a driver whose client went away lets the FSM finish on its own,
-# before tearing its pipeline down.
-ABORT_GRACE = 30.0
 
 # Pulses of non-primaries, deleted and suspended journals end at resolution.
 _PULSE_EXPECTED_STATUSES = (
@@ -203,7 +199,7 @@ class Service:
             pb.AppendRequest(journal=rep.journal, do_not_proxy=True, suspend=suspend),
             clock=self.clock,
         )
-        await self.drive(fsm, None, give_up_after=self.config.pulse_interval)
+        await fsm.run(None, give_up_after=self.config.pulse_interval)
         res = fsm.resolved
         expected = res is not None and res.status in _PULSE_EXPECTED_STATUSES
         expected = expected or isinstance(fsm.err, errors.Cancelled | errors.ResolutionError)
@@ -216,98 +212,11 @@ class Service:
             )
         return res.invalidated if res is not None else None
 
-    # -- Driving the append FSM ---------------------------------------------------------
-
-    async def drive(
-        self,
-        fsm: append_fsm.AppendFSM,
-        requests: AsyncIterator[pb.AppendRequest] | None,
-        *,
-        give_up_after: float | None = None,
-    ) -> tuple[int, int]:
-        """Run ``fsm`` to a terminal state; returns (total, delayed) content chunks.
-
-        ``requests`` are the client's messages after the first (None: a pulse, which
-        commits zero bytes). The FSM runs in a task of its own: if our caller is
-        cancelled (the client went away) or ``give_up_after`` seconds pass, the FSM is asked to
-        abort and given :data:`ABORT_GRACE` to get its pipeline back in order; only
-        then is the pipeline torn down.
-        """
-        task = asyncio.ensure_future(self._drive(fsm, requests))
-        try:
-            done, _ = await asyncio.wait({task}, timeout=give_up_after)
-            if done:
-                return task.result()
-            fsm.aborted.set()
-            done, _ = await asyncio.wait({task}, timeout=ABORT_GRACE)
-            if done:
-                return task.result()
-        except asyncio.CancelledError:
-            fsm.aborted.set()
-            done, _ = await asyncio.wait({task}, timeout=ABORT_GRACE)
-            if not done:
-                await self._abandon(task, fsm)
-            raise
-        await self._abandon(task, fsm)
-        return 0, 0
-
-    async def _abandon(
-        self, task: asyncio.Future[tuple[int, int]], fsm: append_fsm.AppendFSM
-    ) -> None:
-        log.warning("abandoning append of %s in state %s", fsm.req.journal, fsm.state.name)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await fsm.abandon()
-        if fsm.state not in append_fsm.TERMINAL:
-            fsm.err = errors.Cancelled()
-            fsm.state = append_fsm.State.ERROR
-
-    async def _drive(
-        self, fsm: append_fsm.AppendFSM, source: AsyncIterator[pb.AppendRequest] | None
-    ) -> tuple[int, int]:
-        totals = (0, 0)
-        try:
-            if not await fsm.run_to(append_fsm.State.STREAM_CONTENT):
-                return totals
-            if source is None:
-                await fsm.on_stream_content(pb.AppendRequest(), None)  # Intent to commit.
-                await fsm.on_stream_content(None, None)  # Commit.
-            else:
-                res = fsm.resolved
-                assert res is not None and res.replica is not None
-                assert res.journal_spec is not None
-                flow = res.replica.flow
-                flow.reset(
-                    res.journal_spec.max_append_rate,
-                    self.config.flow_limits,
-                    int(self.clock() * 1000),
-                )
-                fc = flow_control.FlowControl(
-                    flow,
-                    source,
-                    clock=self.clock,
-                    invalidated=res.invalidated.is_set,
-                    aborted=fsm.aborted.is_set,
-                )
-                try:
-                    while fsm.state == append_fsm.State.STREAM_CONTENT:
-                        msg: pb.AppendRequest | None = None
-                        err: BaseException | None = None
-                        try:
-                            msg = await fc.recv()
-                        except (errors.BrokerServerError, grpc.RpcError) as e:
-                            err = e
-                        await fsm.on_stream_content(msg, err)
-                finally:
-                    await fc.aclose()
-                totals = (flow.total_chunks, flow.delayed_chunks)
-            await fsm.run_to(append_fsm.State.FINISHED)
-            return totals
-        finally:
-            await fsm.release_pipeline()
-
     # -- append_fsm.Deps ----------------------------------------------------------------
+
+    @property
+    def flow_limits(self) -> flow_control.FlowLimits:
+        return self.config.flow_limits
 
     async def resolve(
         self,
@@ -328,7 +237,7 @@ class Service:
             proxy_header=proxy_header,
         )
 
-    def new_pipeline(self, resolution: append_fsm.Resolution, spool_: object) -> pipeline.Pipeline:
+    def new_pipeline(self, resolution: resolver.Resolution, spool_: object) -> pipeline.Pipeline:
         rep = resolution.replica
         assert rep is not None
         header = pb.Header()
@@ -340,7 +249,7 @@ class Service:
             lambda _member, endpoint: self.peers.stub(endpoint),
         )
 
-    async def update_assignments(self, resolution: append_fsm.Resolution) -> int:
+    async def update_assignments(self, resolution: resolver.Resolution) -> int:
         assert isinstance(resolution, resolver.Resolution)
         rt = allocator.route_of(resolution.assignments)
         value = rt.SerializeToString()
@@ -355,7 +264,7 @@ class Service:
         return await self._checked_txn(cmps, ops, "updating assignments")
 
     async def update_journal_spec(
-        self, resolution: append_fsm.Resolution, spec: pb.JournalSpec
+        self, resolution: resolver.Resolution, spec: pb.JournalSpec
     ) -> int:
         assert isinstance(resolution, resolver.Resolution) and resolution.item is not None
         item = resolution.item
@@ -384,7 +293,7 @@ class Service:
         assert isinstance(spool_, spool.Spool)
         return spool.maybe_roll(spool_, roll_to_offset, spec.fragment, self.clock())
 
-    async def await_store_health(self, resolution: append_fsm.Resolution) -> str | None:
+    async def await_store_health(self, resolution: resolver.Resolution) -> str | None:
         spec = resolution.journal_spec
         assert spec is not None and spec.fragment.stores
         url = spec.fragment.stores[0]
