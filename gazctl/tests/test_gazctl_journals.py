@@ -15,7 +15,6 @@ from click.testing import CliRunner
 
 from gazette.broker import testing
 from gazette.gazctl import cli
-from gazette.gazctl import journals as _commands  # noqa: F401  (registers the commands)
 from gazette.keyspace import testing as ks_testing
 
 pytestmark = pytest.mark.integration

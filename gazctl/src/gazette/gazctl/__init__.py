@@ -3,16 +3,19 @@
 ``gazctl journals <command>`` lists, applies, edits, reads and appends to
 journals, lists and prunes their fragments, suspends them, resets their
 heads and checks fragment stores, with the command names and flags of
-Gazette's own ``gazctl`` (broker.md §12). It talks to brokers only through
-``gazette.broker.client``; ``prune`` alone also deletes fragment files from
-stores itself, as Gazette's does.
+Gazette's own ``gazctl`` (``cmd/gazctl/gazctlcmd/journals_*.go``). It talks
+to brokers only through ``gazette.broker.client``; ``prune`` alone also
+deletes fragment files from stores itself, as Gazette's does.
 
 Modules:
 
-- :mod:`cli` — the click command tree (``gazctl`` console script,
-  ``python -m gazette.gazctl``), shared ``--broker.*`` options and error
-  reporting (one line on stderr, exit status 1).
-- :mod:`journals` — the ``journals`` commands.
+- :mod:`cli` — the root of the click command tree (``gazctl`` console
+  script, ``python -m gazette.gazctl``).
+- :mod:`journals` — the ``journals`` commands, one module per kind of work,
+  and :func:`journals.reset_head`.
+- :mod:`options` — the flags commands share: ``--broker.*``, ``-l/--selector``.
+- :mod:`runner` — runs a command's coroutine; failures as one line on stderr,
+  exit status 1.
 - :mod:`output` — tables, JSON and progress lines.
 - :mod:`devcluster` — ``make up`` / ``make down``: a local cluster of real processes.
 
