@@ -19,6 +19,7 @@ import grpc
 
 from gazette.broker import protocol as pb
 from gazette.broker.client import config, route_cache
+from gazette.broker.protocol import dial
 from gazette.broker.protocol import protocol_pb2_grpc as pb_grpc
 
 __all__ = ["Dispatch", "JournalClient"]
@@ -39,8 +40,8 @@ class Dispatch:
 class JournalClient:
     """Routes and dispatches ``protocol.Journal`` RPCs. Use as an async context manager.
 
-    ``dial`` (an endpoint URL -> ``grpc.aio.Channel``) is the seam tests replace;
-    by default endpoints are dialed insecurely as Gazette's ``http://`` endpoints are.
+    Channels, one per endpoint, are dialed on first use through the dial seam
+    (:mod:`gazette.broker.protocol.dial`), which owns transport security.
     """
 
     def __init__(
@@ -88,16 +89,8 @@ class JournalClient:
         endpoint = endpoint or self.config.address
         channel = self._channels.get(endpoint)
         if channel is None:
-            size = self.config.max_message_size
-            channel = grpc.aio.insecure_channel(
-                pb.endpoint_grpc_addr(endpoint),
-                options=[
-                    ("grpc.max_receive_message_length", size),
-                    ("grpc.max_send_message_length", size),
-                    # Reconnect promptly when a broker comes back (defaults back off to 2 min).
-                    ("grpc.initial_reconnect_backoff_ms", 100),
-                    ("grpc.max_reconnect_backoff_ms", 2000),
-                ],
+            channel = dial.channel(
+                endpoint, dial.DialConfig(max_message_size=self.config.max_message_size)
             )
             self._channels[endpoint] = channel
         return channel

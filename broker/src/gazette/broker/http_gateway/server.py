@@ -31,12 +31,11 @@ import http
 import logging
 from collections.abc import Callable
 
-import grpc
 import h11
 import prometheus_client as prom
 
-from gazette.broker import protocol as pb
 from gazette.broker.http_gateway import gateway
+from gazette.broker.protocol import dial
 
 __all__ = ["Server", "ServerConfig"]
 
@@ -90,7 +89,7 @@ class Server:
         self._ready = ready
         self._config = config
         self._registry = registry or prom.REGISTRY
-        self._channel = grpc.aio.insecure_channel(pb.endpoint_grpc_addr(grpc_endpoint))
+        self._channel = dial.channel(grpc_endpoint)
         self._gateway = gateway.Gateway(self._channel)
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()

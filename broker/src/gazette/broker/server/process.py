@@ -39,12 +39,11 @@ import signal
 import socket
 import sys
 
-import grpc
-
 from gazette import allocator, keyspace
 from gazette.broker import http_gateway
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import persister, spool, stores
+from gazette.broker.protocol import dial
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 from gazette.broker.server import api, config, flow_control, service
 
@@ -132,17 +131,13 @@ async def serve(cfg: config.Config, *, stop: asyncio.Event | None = None) -> Non
             loop.add_signal_handler(sig, stop.set)
 
     bcfg = cfg.broker
-    server = grpc.aio.server(
-        options=[
-            # Appends and Applies refuse messages over --broker.max-grpc-recv-size
-            # themselves, with a clear status: gRPC's own limit is only a backstop.
-            ("grpc.max_receive_message_length", api.core_receive_limit(bcfg.max_grpc_recv_size)),
-            ("grpc.max_send_message_length", -1),
-            ("grpc.so_reuseport", 0),
-        ]
+    server = dial.server(
+        # Appends and Applies refuse messages over --broker.max-grpc-recv-size
+        # themselves, with a clear status: gRPC's own limit is only a backstop.
+        dial.ListenConfig(max_receive_message_size=api.core_receive_limit(bcfg.max_grpc_recv_size))
     )
     host = bcfg.host or socket.gethostname()
-    port = server.add_insecure_port(f"{_bind_host(host)}:{bcfg.port}")
+    port = dial.listen(server, _bind_host(host), bcfg.port)
     if port == 0:
         raise SystemExit(f"failed to listen on port {bcfg.port}")
     endpoint = f"http://{host}:{port}"

@@ -29,6 +29,7 @@ from gazette import allocator
 from gazette.allocator import txn
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import persister, spool, stores
+from gazette.broker.protocol import dial
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 from gazette.broker.server import append_fsm, errors, flow_control, pipeline, replica, resolver
 
@@ -65,10 +66,7 @@ class Peers:
 
     def __init__(self, max_message_size: int = 4 << 20) -> None:
         # Replicate requests carry an append's chunks plus a few bytes of framing.
-        self._options = [
-            ("grpc.max_receive_message_length", max_message_size + (64 << 10)),
-            ("grpc.max_send_message_length", max_message_size + (64 << 10)),
-        ]
+        self._dial = dial.DialConfig(max_message_size=max_message_size + (64 << 10))
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def stub(self, endpoint: str) -> pb2_grpc.JournalStub:
@@ -76,7 +74,7 @@ class Peers:
             raise errors.PipelineError("peer has no endpoint (its BrokerSpec is missing)")
         ch = self._channels.get(endpoint)
         if ch is None:
-            ch = grpc.aio.insecure_channel(pb.endpoint_grpc_addr(endpoint), options=self._options)
+            ch = dial.channel(endpoint, self._dial)
             self._channels[endpoint] = ch
         return pb2_grpc.JournalStub(ch)
 
