@@ -6,10 +6,14 @@ and adds what Gazette's Go types add to them:
 
 - **Validation** — `validate(msg)` checks any request, response or spec
   message with Gazette's rules and messages, raising `ValidationError`
-  (``.context`` is the dotted field path, ``.reason`` the broken rule). Plain
+  (``.context`` is the dotted field path, ``.reason`` the broken rule;
+  ``with within("Field"):`` prefixes a nested check's errors). Plain
   values have their own checks: `validate_journal`, `validate_label`,
   `validate_labelset`, `validate_fragment_store`, `validate_endpoint`,
-  `validate_token`, `validate_path_component`.
+  `validate_token`, `validate_path_component`. The rules live with what
+  they check: `specs` (journals, processes, brokers), `headers` (routes and
+  headers), `rpc` (requests and responses), `fragments`, `labels`,
+  `selector`, `tokens`; `validation` dispatches on the message type.
 - **Labels and selectors** — `label_set`, `union` / `intersect` / `subtract`,
   `parse_selector` / `format_selector` / `matches`, the ``name`` and
   ``prefix`` meta-labels (`label_set_ext`, `rewrite_prefix_selector`) and the
@@ -47,7 +51,7 @@ from gazette.broker.protocol.durations import (
     parse_duration,
     parse_duration_nanos,
 )
-from gazette.broker.protocol.errors import ValidationError
+from gazette.broker.protocol.errors import ValidationError, within
 from gazette.broker.protocol.fragments import (
     CODEC_EXTENSIONS,
     codec_from_extension,
@@ -64,6 +68,8 @@ from gazette.broker.protocol.fragments import (
     validate_fragment,
     validate_fragment_store,
 )
+from gazette.broker.protocol.gotext import enum_text
+from gazette.broker.protocol.headers import route_equivalent
 from gazette.broker.protocol.labels import (
     CONTENT_TYPE_CSV,
     CONTENT_TYPE_JSON_LINES,
@@ -145,12 +151,24 @@ from gazette.broker.protocol.protocol_pb2 import (
     SHA1Sum,
     Status,
 )
+from gazette.broker.protocol.rpc import validate_offsets, validate_status
 from gazette.broker.protocol.selector import (
     format_selector,
     matches,
     parse_selector,
     rewrite_prefix_selector,
     validate_selector,
+)
+from gazette.broker.protocol.specs import (
+    MAX_BROKER_JOURNAL_LIMIT,
+    MAX_FRAGMENT_LEN,
+    MAX_JOURNAL_REPLICATION,
+    MIN_FRAGMENT_LEN,
+    check_media_type,
+    desired_replication,
+    journal_may_read,
+    journal_may_write,
+    label_set_ext,
 )
 from gazette.broker.protocol.tokens import (
     PATH_SYMBOLS,
@@ -162,22 +180,7 @@ from gazette.broker.protocol.tokens import (
     validate_path_component,
     validate_token,
 )
-from gazette.broker.protocol.validation import (
-    MAX_BROKER_JOURNAL_LIMIT,
-    MAX_FRAGMENT_LEN,
-    MAX_JOURNAL_REPLICATION,
-    MIN_FRAGMENT_LEN,
-    check_media_type,
-    desired_replication,
-    enum_text,
-    journal_may_read,
-    journal_may_write,
-    label_set_ext,
-    route_equivalent,
-    validate,
-    validate_offsets,
-    validate_status,
-)
+from gazette.broker.protocol.validation import validate
 
 __all__ = [
     "CODEC_EXTENSIONS",
@@ -306,4 +309,5 @@ __all__ = [
     "validate_token",
     "value_of",
     "values_of",
+    "within",
 ]

@@ -9,11 +9,17 @@ A `ValidationError` carries the dotted path of fields leading to the offending
 value (`context`) and the rule it broke (`reason`). Nested validators add their
 field name in front of the context as the error travels outwards, so the final
 text reads like Gazette's, e.g. ``Fragment.Journal: must be a clean path (a//b)``.
+`within` is that step as a context manager::
+
+    with within("Journal"):
+        validate_journal(m.journal)   # fails as "Journal: ..."
 """
 
 from __future__ import annotations
 
-__all__ = ["ValidationError"]
+from types import TracebackType
+
+__all__ = ["ValidationError", "within"]
 
 
 class ValidationError(ValueError):
@@ -43,3 +49,29 @@ class ValidationError(ValueError):
 
     def __repr__(self) -> str:
         return f"ValidationError({str(self)!r})"
+
+
+class within:
+    """Prefix `field` to the context of a `ValidationError` raised in the block.
+
+    The error propagates, and other exceptions pass, unchanged. Lower case, as
+    it reads as a phrase (``with within("Spec"):``); a class rather than a
+    generator, as validation runs on every RPC message.
+    """
+
+    __slots__ = ("field",)
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, ValidationError):
+            exc.within(self.field)

@@ -13,7 +13,7 @@ import struct
 import regex
 
 from gazette.broker.protocol import protocol_pb2
-from gazette.broker.protocol.errors import ValidationError
+from gazette.broker.protocol.errors import ValidationError, within
 from gazette.broker.protocol.gotext import go_quote
 from gazette.broker.protocol.tokens import (
     MAX_JOURNAL_NAME_LEN,
@@ -132,20 +132,14 @@ def fragment_path(f: Fragment) -> str:
 
 def validate_fragment(f: Fragment) -> None:
     """Journal valid, begin <= end, codec valid, path_postfix a path component of 0..512 bytes."""
-    try:
+    with within("Journal"):
         validate_journal(f.journal)
-    except ValidationError as e:
-        raise e.within("Journal") from None
     if f.begin > f.end:
         raise ValidationError(f"expected Begin <= End (have {f.begin}, {f.end})")
-    try:
+    with within("CompressionCodec"):
         validate_codec(f.compression_codec)
-    except ValidationError as e:
-        raise e.within("CompressionCodec") from None
-    try:
+    with within("PathPostfix"):
         validate_path_component(f.path_postfix, 0, MAX_JOURNAL_NAME_LEN)
-    except ValidationError as e:
-        raise e.within("PathPostfix") from None
 
 
 _HEX_INT = regex.compile(r"[+-]?[0-9a-fA-F]+")
@@ -220,18 +214,12 @@ def parse_fragment_path(path: str, *, journal: str | None = None) -> Fragment:
     fields = stem.split("-")
     if len(fields) != 3:
         raise ValidationError(f"wrong Fragment format: {stem}")
-    try:
+    with within("Begin"):
         begin = _parse_hex_int64(fields[0])
-    except ValidationError as e:
-        raise e.within("Begin") from None
-    try:
+    with within("End"):
         end = _parse_hex_int64(fields[1])
-    except ValidationError as e:
-        raise e.within("End") from None
-    try:
+    with within("Sum"):
         digest = _decode_hex(fields[2])
-    except ValidationError as e:
-        raise e.within("Sum") from None
     if len(digest) != 20:
         raise ValidationError(f"invalid SHA1Sum length: {digest.hex()}")
     codec = codec_from_extension(ext)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from google.protobuf import text_format
 from google.protobuf.message import Message
 
-__all__ = ["go_quote", "message_text"]
+__all__ = ["enum_text", "go_quote", "message_text"]
 
 _SIMPLE_ESCAPES = {7: "\\a", 8: "\\b", 12: "\\f", 10: "\\n", 13: "\\r", 9: "\\t", 11: "\\v"}
 
@@ -32,6 +34,14 @@ def go_quote(s: str) -> str:
                 out.append(f"\\U{code:08x}")
     out.append('"')
     return "".join(out)
+
+
+def enum_text(wrapper: Any, value: int) -> str:
+    """Go's String() of an enum value: its name, or its number when unknown."""
+    try:
+        return str(wrapper.Name(value))
+    except ValueError:
+        return str(value)
 
 
 def message_text(msg: Message) -> str:

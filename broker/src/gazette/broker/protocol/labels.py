@@ -10,7 +10,7 @@ import bisect
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from gazette.broker.protocol import protocol_pb2
-from gazette.broker.protocol.errors import ValidationError
+from gazette.broker.protocol.errors import ValidationError, within
 from gazette.broker.protocol.tokens import PATH_SYMBOLS, TOKEN_SYMBOLS, validate_token
 
 __all__ = [
@@ -82,14 +82,10 @@ LabelSet = protocol_pb2.LabelSet
 
 def validate_label(label: Label, *, allow_prefix: bool = False) -> None:
     """Name is a token of 2..64 bytes; value a path token of 0..1024 bytes."""
-    try:
+    with within("Name"):
         validate_token(label.name, MIN_LABEL_LEN, MAX_LABEL_LEN, TOKEN_SYMBOLS)
-    except ValidationError as e:
-        raise e.within("Name") from None
-    try:
+    with within("Value"):
         validate_token(label.value, 0, MAX_LABEL_VALUE_LEN, PATH_SYMBOLS)
-    except ValidationError as e:
-        raise e.within("Value") from None
     if label.prefix and not allow_prefix:
         raise ValidationError("Prefix may not be set outside of a LabelSelector")
 
@@ -98,10 +94,8 @@ def validate_labelset(labels: LabelSet, *, allow_prefix: bool = False) -> None:
     """Each label valid; sorted by (name, value), unique; an empty value stands alone."""
     prev: Label | None = None
     for i, cur in enumerate(labels.labels):
-        try:
+        with within(f"Labels[{i}]"):
             validate_label(cur, allow_prefix=allow_prefix)
-        except ValidationError as e:
-            raise e.within(f"Labels[{i}]") from None
         if prev is not None:
             if prev.name < cur.name:
                 pass

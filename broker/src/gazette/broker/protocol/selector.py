@@ -13,7 +13,7 @@ from __future__ import annotations
 import regex
 
 from gazette.broker.protocol import protocol_pb2
-from gazette.broker.protocol.errors import ValidationError
+from gazette.broker.protocol.errors import ValidationError, within
 from gazette.broker.protocol.gotext import go_quote
 from gazette.broker.protocol.labels import add_value, remove, validate_labelset, values_of
 
@@ -94,14 +94,10 @@ def parse_selector(text: str) -> LabelSelector:
 
 def validate_selector(selector: LabelSelector) -> None:
     """Include and exclude are valid LabelSets, which may use prefix labels."""
-    try:
+    with within("Include"):
         validate_labelset(selector.include, allow_prefix=True)
-    except ValidationError as e:
-        raise e.within("Include") from None
-    try:
+    with within("Exclude"):
         validate_labelset(selector.exclude, allow_prefix=True)
-    except ValidationError as e:
-        raise e.within("Exclude") from None
 
 
 def _format_group(labels: LabelSet, exclude: bool, out: list[str]) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import regex
 
-from gazette.broker.protocol.errors import ValidationError
+from gazette.broker.protocol.errors import ValidationError, within
 
 __all__ = [
     "MAX_JOURNAL_NAME_LEN",
@@ -118,7 +118,5 @@ def validate_journal(journal: str) -> None:
     if ".." in name.split("/"):
         raise ValidationError(f"cannot have a '..' path segment ({name})")
     if meta:
-        try:
+        with within("metadata path segment"):
             validate_path_component(meta[1:], 1, MAX_JOURNAL_NAME_LEN)
-        except ValidationError as e:
-            raise e.within("metadata path segment") from None
