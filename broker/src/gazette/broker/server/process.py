@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import json
 import logging
@@ -121,14 +122,33 @@ def ensure_spool_dir(directory: str) -> None:
         raise SystemExit(f"--broker.spool-dir {directory}: not writable")
 
 
-async def serve(cfg: config.Config, *, stop: asyncio.Event | None = None) -> None:
-    """Run a broker until ``stop`` is set (or SIGTERM / SIGINT), then exit gracefully."""
+@dataclasses.dataclass(frozen=True)
+class Serving:
+    """Where a started broker serves (what ``serve`` tells its ``started`` future)."""
+
+    endpoint: str
+    http_port: int  # -1 when the HTTP port is off.
+
+
+async def serve(
+    cfg: config.Config,
+    *,
+    stop: asyncio.Event | None = None,
+    started: asyncio.Future[Serving] | None = None,
+) -> None:
+    """Run a broker until ``stop`` is set, then exit gracefully.
+
+    Without a ``stop`` event of the caller's, SIGTERM and SIGINT stop it. Once it
+    serves, ``started`` (if given) gets its :class:`Serving` endpoints: several
+    brokers can so run in one event loop (``gazette.broker.testing``).
+    """
     ensure_spool_dir(cfg.broker.spool_dir)
-    stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    if stop is None:
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
 
     bcfg = cfg.broker
     server = dial.server(
@@ -220,12 +240,15 @@ async def serve(cfg: config.Config, *, stop: asyncio.Event | None = None) -> Non
             replicas_task = tg.create_task(svc.run(), name="replicas")
             pb2_grpc.add_JournalServicer_to_server(api.JournalServicer(svc), server)
             await server.start()
+            http_port = -1
             if bcfg.http_port != -1:
                 http_port = await debug.start(
                     _bind_host(host).strip("[]") or "0.0.0.0", bcfg.http_port
                 )
                 log.info("serving the HTTP gateway and diagnostics on port %d", http_port)
             ready = True
+            if started is not None and not started.done():
+                started.set_result(Serving(endpoint, http_port))
             log.warning(
                 "broker %s#%s serving %s (etcd %s, root %s)",
                 bcfg.zone,
