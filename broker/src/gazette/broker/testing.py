@@ -101,9 +101,11 @@ class BrokerProcess:
     args: list[str]
     env: dict[str, str]
     proc: subprocess.Popen[bytes] | None = None
-    #: Whether the running (or last) process was signalled to exit by us: a
-    #: process that is gone without it exited on its own (crashed or gave up).
-    signalled: bool = False
+    #: The pid last signalled to exit by us: a process that is gone without
+    #: it exited on its own (crashed or gave up). A pid, not a flag reset by
+    #: :meth:`start`: a watcher on another thread, between that reset and the
+    #: new ``proc``, took the killed process for one that exited on its own.
+    signalled_pid: int | None = None
 
     @property
     def endpoint(self) -> str:
@@ -123,9 +125,15 @@ class BrokerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     @property
+    def signalled(self) -> bool:
+        """Whether the current process was told to exit (:meth:`kill`, :meth:`send_term`)."""
+        return self.proc is not None and self.proc.pid == self.signalled_pid
+
+    @property
     def exited_on_its_own(self) -> bool:
         """The process is gone, and not because :meth:`kill` or :meth:`terminate` asked."""
-        return self.proc is not None and self.proc.poll() is not None and not self.signalled
+        proc = self.proc
+        return proc is not None and proc.poll() is not None and proc.pid != self.signalled_pid
 
     @property
     def returncode(self) -> int | None:
@@ -135,7 +143,6 @@ class BrokerProcess:
         if self.alive:
             raise RuntimeError(f"broker {self.suffix} is already running")
         self.spool_dir.mkdir(parents=True, exist_ok=True)
-        self.signalled = False
         with open(self.log_path, "ab") as log:
             log.write(f"--- starting {time.strftime('%H:%M:%S')}\n".encode())
             log.flush()
@@ -178,7 +185,7 @@ class BrokerProcess:
     def kill(self) -> None:
         """SIGKILL: no graceful anything (spools and uncommitted appends are lost)."""
         if self.proc is not None and self.proc.poll() is None:
-            self.signalled = True
+            self.signalled_pid = self.proc.pid
             self.proc.kill()
             self.proc.wait(timeout=30)
 
@@ -195,7 +202,7 @@ class BrokerProcess:
     def send_term(self) -> None:
         """SIGTERM without waiting (see :meth:`terminate`)."""
         if self.proc is not None and self.proc.poll() is None:
-            self.signalled = True
+            self.signalled_pid = self.proc.pid
             self.proc.send_signal(signal.SIGTERM)
 
     def terminate(self, timeout: float = 60.0) -> int | None:
