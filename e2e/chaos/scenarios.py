@@ -169,6 +169,7 @@ class _Cluster(Protocol):
 class Run:
     """What a fault injector works with, and the figures it adds to the report."""
 
+    scenario: str
     params: Params
     workload: Workload
     channels: Channels
@@ -177,6 +178,12 @@ class Run:
     unwritable: list[str] = dataclasses.field(default_factory=list)
     forced: list[str] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+
+    def fault(self, label: str) -> None:
+        """Mark a fault (its write unavailability is measured from here) and say so."""
+        self.workload.mark_fault(label)
+        elapsed = self.workload.clock() - self.workload.started_at
+        print(f"[chaos {self.scenario} +{elapsed:.0f}s] {label}", flush=True)
 
     async def expect_writable(self, after: str, within: float) -> None:
         """Every journal takes a zero-byte append within ``within`` s (else it's recorded)."""
@@ -228,7 +235,7 @@ async def _drive(
         cluster.endpoints,
         channels,
     )
-    run = Run(params, workload, channels, cluster.endpoints, random.Random(scenario))
+    run = Run(scenario, params, workload, channels, cluster.endpoints, random.Random(scenario))
     stop = asyncio.Event()
     async with asyncio.TaskGroup() as tg:
         tg.create_task(workload.run(stop), name="workload")
@@ -320,7 +327,7 @@ async def sigkill(
             alive = [i for i, b in enumerate(cluster.brokers.brokers) if b.alive]
             victim = run.rng.choice(alive)
             cluster.brokers.kill(victim)
-            run.workload.mark_fault(f"kill{k + 1}:{cluster.brokers[victim].suffix[-2:]}")
+            run.fault(f"kill{k + 1}:{cluster.brokers[victim].suffix[-2:]}")
             await asyncio.sleep(run.rng.uniform(0.1, 1.0))
             await asyncio.to_thread(cluster.restart, victim)
             if spaced:
@@ -351,12 +358,12 @@ async def sigstop(params: Params, work_dir: pathlib.Path) -> Report:
             journal = params.journals[k % len(params.journals)]
             victim = await _primary(run, cluster, journal)
             cluster.brokers[victim].pause()
-            run.workload.mark_fault(f"stop{k + 1}:{cluster.brokers[victim].suffix[-2:]}")
+            run.fault(f"stop{k + 1}:{cluster.brokers[victim].suffix[-2:]}")
             try:
                 await asyncio.sleep(params.lease_s + params.stop_past_lease_s)
             finally:
                 cluster.brokers[victim].resume()
-            run.workload.mark_fault(f"cont{k + 1}")
+            run.fault(f"cont{k + 1}")
             await run.expect_writable(f"SIGCONT {k + 1}", params.kill_bound_s + 10)
             await asyncio.sleep(params.spacing_s)
 
@@ -372,10 +379,10 @@ async def etcd_outage(params: Params, work_dir: pathlib.Path) -> Report:
     async def inject(run: Run, cluster: ProcessCluster) -> None:
         for k in range(params.etcd_rounds):
             cluster.etcd.kill()
-            run.workload.mark_fault(f"etcd-kill{k + 1}")
+            run.fault(f"etcd-kill{k + 1}")
             await asyncio.sleep(params.etcd_down_s)
             await asyncio.to_thread(cluster.etcd.restart)
-            run.workload.mark_fault(f"etcd-back{k + 1}")
+            run.fault(f"etcd-back{k + 1}")
             await run.expect_writable(f"etcd restart {k + 1}", params.etcd_lease_s + 10)
             await asyncio.sleep(params.spacing_s)
 
@@ -396,13 +403,13 @@ async def store_outage(params: Params, work_dir: pathlib.Path) -> Report:
         for k in range(params.store_rounds):
             root.rename(away)
             root.write_text("the chaos suite's store outage\n")
-            run.workload.mark_fault(f"store-down{k + 1}")
+            run.fault(f"store-down{k + 1}")
             try:
                 await asyncio.sleep(params.store_outage_s)
             finally:
                 root.unlink()
                 away.rename(root)
-            run.workload.mark_fault(f"store-back{k + 1}")
+            run.fault(f"store-back{k + 1}")
             await run.expect_writable(f"store restored {k + 1}", 30)
             await asyncio.sleep(params.spacing_s)
 
@@ -481,13 +488,13 @@ async def spool_full(params: Params, work_dir: pathlib.Path) -> Report:
         )
         for k in range(params.spool_rounds):
             ballast = await asyncio.to_thread(_fill, spool)
-            run.workload.mark_fault(f"spool-full{k + 1}")
+            run.fault(f"spool-full{k + 1}")
             run.notes.append(f"round {k + 1}: ballast of {ballast >> 10} KiB filled the spool")
             await asyncio.sleep(params.spool_full_s)
             # Appends must fail or move on while the disk is full: keep filling
             # whatever the broker freed, then give it all back.
             (spool / "ballast").unlink()
-            run.workload.mark_fault(f"space-back{k + 1}")
+            run.fault(f"space-back{k + 1}")
             await run.expect_writable(f"space returned {k + 1}", params.kill_bound_s + 10)
             await asyncio.sleep(params.spacing_s)
 
@@ -501,7 +508,7 @@ async def aborts(params: Params, work_dir: pathlib.Path) -> Report:
     """Appends opened and abandoned half-way, among the recording writers."""
 
     async def inject(run: Run, cluster: ProcessCluster) -> None:
-        run.workload.mark_fault("aborts")
+        run.fault("aborts")
         outcomes = await run.workload.abort_appends(params.aborts, run.rng)
         run.notes.append(f"abandoned appends ended as {dict(outcomes)}")
         await run.expect_writable("the aborts", 15)
@@ -536,7 +543,7 @@ async def sigterm_all(params: Params, work_dir: pathlib.Path) -> Report:
         for k in range(1, params.term_rounds + 1):
             for b in cluster.brokers.brokers:
                 b.send_term()
-            run.workload.mark_fault(f"term-all{k}")
+            run.fault(f"term-all{k}")
             exits = await asyncio.gather(
                 *(wait_exit(cluster, i, run, k) for i in range(len(cluster.brokers)))
             )
@@ -558,7 +565,7 @@ async def make_down_up(params: Params, work_dir: pathlib.Path) -> Report:
     async def inject(run: Run) -> None:
         for k in range(1, params.down_up_rounds + 1):
             dev.expect_down = True
-            run.workload.mark_fault(f"down{k}")
+            run.fault(f"down{k}")
             down = await asyncio.to_thread(dev.make, "down")
             lines = [ln for ln in down.output.splitlines() if ln.strip()]
             run.notes.append(f"make down {k}: exit {down.returncode} in {down.seconds:.0f}s")
