@@ -76,8 +76,8 @@ def journal_pb(name: str, *, topic: str, replication: int = 2) -> pb.JournalSpec
             compression_codec=pb.GZIP,
             stores=["file:///var/fragments/"],
             refresh_interval=duration_pb2.Duration(seconds=60),
-            # Go always encodes its non-nullable sub-messages, empty or not (spec/broker.md
-            # 1.2); so does the operator, so that etcd holds the bytes gazctl would write.
+            # Go always encodes its non-nullable sub-messages, empty or not (gogoproto
+            # nullable=false); so does the operator, so that etcd holds the bytes gazctl would write.
             retention=duration_pb2.Duration(),
             flush_interval=duration_pb2.Duration(seconds=3600),
         ),

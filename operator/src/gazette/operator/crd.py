@@ -3,8 +3,8 @@
 ``make crds`` renders them into ``crds/*.yaml`` (``python -m gazette.operator.crds crds``);
 ``make lint`` re-renders them with ``--check`` and fails when the committed YAML is stale.
 
-The schemas carry Gazette's limits (``spec/broker.md`` §3.1-3.3, ``spec/consumer.md`` §2.4)
-as far as OpenAPI and CEL can say them, so that ``kubectl apply`` refuses most invalid
+The schemas carry Gazette's limits (its `broker/protocol/journal_spec_extensions.go`,
+`consumer/protocol/shard_spec_extensions.go`) as far as OpenAPI and CEL can say them, so that ``kubectl apply`` refuses most invalid
 objects up front. What they cannot say (byte lengths of non-ASCII names, MIME media types,
 Go templates, single-valued labels, ...) is left to the protocol's own validation, run by
 the operator, which then reports the object ``InvalidSpec``.

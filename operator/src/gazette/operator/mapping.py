@@ -153,7 +153,7 @@ def _stores(value: object, path: str) -> list[str]:
 
 def _go_presence(msg: Any, *fields: str) -> None:
     # Go declares these sub-messages non-nullable and so always encodes them, empty or not
-    # (spec/broker.md 1.2). Marking them present makes our bytes in etcd the bytes Go's
+    # (gogoproto nullable=false in Gazette's protocol.proto). Marking them present makes our bytes in etcd the bytes Go's
     # gazctl would write for the same spec, and specs read back compare equal.
     for name in fields:
         getattr(msg, name).SetInParent()

@@ -181,7 +181,7 @@ def _shard_root(labels: Mapping[str, str], config: ReconcileConfig) -> str:
 
 
 def _carry_suspend(current: pb.JournalSpec, desired: pb.JournalSpec) -> None:
-    # Brokers write `suspend` (spec/broker.md 6.8); declaring a journal must not undo it.
+    # Brokers write `suspend` (Gazette `broker/append_fsm.go`); declaring a journal must not undo it.
     if current.HasField("suspend"):
         desired.suspend.CopyFrom(current.suspend)
     else:

@@ -11,7 +11,7 @@ and below every application (ARCHITECTURE.md), and mirrors Gazette's Go
   appends, a same-zone member for reads — avoiding brokers that just failed.
 - :class:`Appender` / :func:`append` — one atomic append of any size, streamed
   from bytes, a file or an iterator, retried on ``UNAVAILABLE`` and routing
-  statuses as Gazette does (broker.md §1.6).
+  statuses as Gazette's `client.Append` does.
 - :class:`AppendService` / :class:`AsyncAppend` — many small writes batched
   into per-journal, strictly ordered, pipelined appends; optional dependencies
   between appends; terminal failures stick to their journal.

@@ -3,9 +3,9 @@
 An :class:`Appender` is a single Append RPC: the first message names the
 journal (and any offset / register conditions), content follows in chunks,
 and an empty message commits. Either all of it lands in the journal as one
-contiguous span, or none of it does (broker.md §6.5).
+contiguous span, or none of it does (Gazette `broker/append_fsm.go`).
 
-:func:`append` wraps that with Gazette's retry policy (broker.md §1.6): a
+:func:`append` wraps that with the retry policy of Gazette's `client.Append`: a
 broker that is unreachable (``UNAVAILABLE``) or not (yet) the journal's
 primary is retried after a backoff; any other failure is raised. Content that
 can only be read once (an iterator, a pipe) is kept in a spooled temporary

@@ -24,8 +24,7 @@ Hierarchy::
           ├── FragmentReadError         reading a fragment straight from its store failed
           │    ├── FragmentURLError          the store answered the signed URL with an error
           │    └── FragmentLengthError       the file decoded to more or fewer bytes than it spans
-          ├── DependencyFailed          an append's dependency failed, so it was not sent
-          └── NotRetryable              an append failed after its one-shot content was consumed
+          └── DependencyFailed          an append's dependency failed, so it was not sent
 
 `status_error` is the one place that maps a ``pb.Status`` to its class. Every
 `StatusError` carries the status, the journal (if any) and the broker's
@@ -53,7 +52,6 @@ __all__ = [
     "NotAllowed",
     "NotJournalBroker",
     "NotJournalPrimaryBroker",
-    "NotRetryable",
     "OffsetJump",
     "OffsetNotYetAvailable",
     "ProtocolViolation",
@@ -269,15 +267,6 @@ class DependencyFailed(ClientError):
         super().__init__(f"dependency failed: {cause}")
 
 
-class NotRetryable(ClientError):
-    """An append failed after its one-shot content source was consumed, so it can't be retried."""
-
-    def __init__(self, journal: str, cause: BaseException) -> None:
-        self.journal = journal
-        self.cause = cause
-        super().__init__(f"append to {journal} failed and its content can't be replayed: {cause}")
-
-
 # Routing outcomes that resolve themselves once the cluster's assignments settle.
 _TRANSIENT_STATUS = (
     NotJournalPrimaryBroker,
@@ -288,7 +277,7 @@ _TRANSIENT_STATUS = (
 
 
 def is_transient(err: BaseException) -> bool:
-    """Whether an append/read failure is worth retrying as-is (broker.md §1.6).
+    """Whether an append/read failure is worth retrying as-is (as Gazette's `client.Append` retries).
 
     UNAVAILABLE transports (a broker went away, or is not up yet) and routing
     statuses are; everything else is the caller's problem.

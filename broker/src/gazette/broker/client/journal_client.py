@@ -1,7 +1,7 @@
 """A routed ``protocol.Journal`` client: channels, dispatch by route, call helpers.
 
 Without a route cache every RPC goes to the configured broker address, which
-resolves the journal and proxies the RPC to the right broker (broker.md §2.4).
+resolves the journal and proxies the RPC to the right broker (Gazette `broker/client/route_cache.go`).
 With one, RPCs of a journal go straight to one of its route members: the
 primary for appends; for reads a member of our own zone when there is one.
 Endpoints that failed a call recently are avoided, so a retry after a broker

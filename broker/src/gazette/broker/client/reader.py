@@ -6,7 +6,7 @@ A :class:`Reader` streams a journal from ``request.offset``. Each call of
 (a :class:`~gazette.broker.client.retry_reader.RetryReader` then simply opens
 another). When the request sets ``do_not_proxy`` and the covering fragment is
 persisted, the broker answers with the fragment's signed URL instead of its
-content (broker.md §7.3); the reader then fetches the fragment itself:
+content (Gazette `broker/fragments_api.go`); the reader then fetches the fragment itself:
 
 - ``file://`` URLs name a file under the client's ``file_root`` (the broker's
   ``--broker.file-root`` as mounted here), read from disk;
@@ -14,7 +14,7 @@ content (broker.md §7.3); the reader then fetches the fragment itself:
   aiohttp, asking for ``Accept-Encoding: gzip`` for GZIP fragments (so the
   stored bytes come back as they are) and ``identity`` for
   GZIP_OFFLOAD_DECOMPRESSION ones, which are gunzipped here only if the store
-  still sent them gzip-encoded (broker.md §4.2).
+  still sent them gzip-encoded (Gazette's `OpenFragmentURL`).
 
 Decoding uses the broker's own streaming codecs, and the decoded length is
 checked against the fragment's span.

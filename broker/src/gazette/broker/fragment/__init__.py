@@ -1,7 +1,7 @@
 """Fragments: how journal content is spooled, indexed, compressed and persisted.
 
-This is the storage half of a broker's data path (broker.md §4, §5). A journal
-replica owns a :class:`Spool` (the fragment being written, in an unlinked
+This is the storage half of a broker's data path (Gazette's `broker/fragment`
+and `broker/stores`). A journal replica owns a :class:`Spool` (the fragment being written, in an unlinked
 local file, with a running SHA-1) and an :class:`Index` (every fragment known
 for the journal, local and in stores). Replication requests drive the spool
 (:meth:`Spool.apply`): commits land in the index, completed fragments go to
@@ -35,53 +35,71 @@ Usage::
 # The submodules that reach the stores (and so boto3, ~1 s to import) load on
 # first use of one of their names, so that importing a light submodule (say
 # ``fragment.codecs``) doesn't pay for S3.
+#
+# The imports below are the one table of this package's public names: each is
+# written ``X as X`` (an explicit re-export, which is what mypy reads). Those
+# under ``TYPE_CHECKING`` load lazily: at run time `_exports` reads them back
+# from this file's source (they never execute), and ``__all__`` and the lazy
+# map derive from that.
+import ast
 import importlib
+import pathlib
 from typing import TYPE_CHECKING, Any
 
-from gazette.broker.fragment import errors
-from gazette.broker.fragment.cover_set import CoverSet, Fragment, difference
-from gazette.broker.fragment.files import BytesReaderAt, ReaderAt, SpoolFile
+from gazette.broker.fragment import errors as errors
+from gazette.broker.fragment.cover_set import CoverSet as CoverSet
+from gazette.broker.fragment.cover_set import Fragment as Fragment
+from gazette.broker.fragment.cover_set import difference as difference
+from gazette.broker.fragment.files import BytesReaderAt as BytesReaderAt
+from gazette.broker.fragment.files import ReaderAt as ReaderAt
+from gazette.broker.fragment.files import SpoolFile as SpoolFile
 
 if TYPE_CHECKING:
-    from gazette.broker.fragment import stores
-    from gazette.broker.fragment.index import (
-        OFFSET_JUMP_AGE_THRESHOLD,
-        READ_URL_TTL,
-        Index,
-        walk_all_stores,
-    )
-    from gazette.broker.fragment.persister import Persister, PersisterConfig, persist
-    from gazette.broker.fragment.reader import read_fragment
-    from gazette.broker.fragment.spool import (
-        Spool,
-        SpoolConfig,
-        SpoolObserver,
-        fragments_equal,
-        label_sets_equal,
-        maybe_roll,
-    )
-    from gazette.broker.fragment.stores import StoreRegistry, StoresConfig
+    from gazette.broker.fragment import stores as stores
+    from gazette.broker.fragment.index import OFFSET_JUMP_AGE_THRESHOLD as OFFSET_JUMP_AGE_THRESHOLD
+    from gazette.broker.fragment.index import READ_URL_TTL as READ_URL_TTL
+    from gazette.broker.fragment.index import Index as Index
+    from gazette.broker.fragment.index import walk_all_stores as walk_all_stores
+    from gazette.broker.fragment.persister import Persister as Persister
+    from gazette.broker.fragment.persister import PersisterConfig as PersisterConfig
+    from gazette.broker.fragment.persister import persist as persist
+    from gazette.broker.fragment.reader import read_fragment as read_fragment
+    from gazette.broker.fragment.spool import Spool as Spool
+    from gazette.broker.fragment.spool import SpoolConfig as SpoolConfig
+    from gazette.broker.fragment.spool import SpoolObserver as SpoolObserver
+    from gazette.broker.fragment.spool import fragments_equal as fragments_equal
+    from gazette.broker.fragment.spool import label_sets_equal as label_sets_equal
+    from gazette.broker.fragment.spool import maybe_roll as maybe_roll
+    from gazette.broker.fragment.stores import StoreRegistry as StoreRegistry
+    from gazette.broker.fragment.stores import StoresConfig as StoresConfig
 
-# Lazily loaded name -> (submodule, attribute; None for the submodule itself).
-_LAZY: dict[str, tuple[str, str | None]] = {
-    "stores": ("stores", None),
-    "OFFSET_JUMP_AGE_THRESHOLD": ("index", "OFFSET_JUMP_AGE_THRESHOLD"),
-    "READ_URL_TTL": ("index", "READ_URL_TTL"),
-    "Index": ("index", "Index"),
-    "walk_all_stores": ("index", "walk_all_stores"),
-    "Persister": ("persister", "Persister"),
-    "PersisterConfig": ("persister", "PersisterConfig"),
-    "persist": ("persister", "persist"),
-    "read_fragment": ("reader", "read_fragment"),
-    "Spool": ("spool", "Spool"),
-    "SpoolConfig": ("spool", "SpoolConfig"),
-    "SpoolObserver": ("spool", "SpoolObserver"),
-    "fragments_equal": ("spool", "fragments_equal"),
-    "label_sets_equal": ("spool", "label_sets_equal"),
-    "maybe_roll": ("spool", "maybe_roll"),
-    "StoreRegistry": ("stores", "StoreRegistry"),
-    "StoresConfig": ("stores", "StoresConfig"),
-}
+
+def _exports() -> tuple[list[str], dict[str, tuple[str, str | None]]]:
+    """This file's ``X as X`` imports: the public names, and the lazy ones' (submodule, attr).
+
+    ``attr`` is None where the name is the submodule itself (``stores``).
+    """
+    public: list[str] = []
+    lazy: dict[str, tuple[str, str | None]] = {}
+    for node in ast.parse(pathlib.Path(__file__).read_text(encoding="utf-8")).body:
+        deferred = isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+        for stmt in node.body if isinstance(node, ast.If) and deferred else [node]:
+            if not isinstance(stmt, ast.ImportFrom) or stmt.module is None:
+                continue
+            for alias in stmt.names:
+                if alias.asname != alias.name:
+                    continue
+                public.append(alias.name)
+                if not deferred:
+                    continue
+                if stmt.module == __name__:
+                    lazy[alias.name] = (alias.name, None)
+                else:
+                    lazy[alias.name] = (stmt.module.removeprefix(__name__ + "."), alias.name)
+    return sorted(public), lazy
+
+
+__all__, _LAZY = _exports()
 
 
 def __getattr__(name: str) -> Any:
@@ -98,31 +116,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
-
-
-__all__ = [
-    "OFFSET_JUMP_AGE_THRESHOLD",
-    "READ_URL_TTL",
-    "BytesReaderAt",
-    "CoverSet",
-    "Fragment",
-    "Index",
-    "Persister",
-    "PersisterConfig",
-    "ReaderAt",
-    "Spool",
-    "SpoolConfig",
-    "SpoolFile",
-    "SpoolObserver",
-    "StoreRegistry",
-    "StoresConfig",
-    "difference",
-    "errors",
-    "fragments_equal",
-    "label_sets_equal",
-    "maybe_roll",
-    "persist",
-    "read_fragment",
-    "stores",
-    "walk_all_stores",
-]

@@ -1,4 +1,4 @@
-"""Streaming compressors and decompressors for fragment files (broker.md §4.2).
+"""Streaming compressors and decompressors for fragment files (Gazette `broker/codecs/codecs.go`).
 
 Each codec is a pair of push-style objects: a :class:`Compressor` turns
 uncompressed content into encoded bytes as it is fed, and a

@@ -1,4 +1,4 @@
-"""CoverSet: the fragments of one journal that best cover its offsets (broker.md §4.3).
+"""CoverSet: the fragments of one journal that best cover its offsets (Gazette `broker/fragment/cover_set.go`).
 
 A CoverSet is ordered on begin and end, and no member is wholly covered by
 another member (it may be covered by several together). Both begins and ends

@@ -1,4 +1,4 @@
-"""The fragment index of one journal replica (broker.md §4.4, §7.2).
+"""The fragment index of one journal replica (Gazette `broker/fragment/index.go`).
 
 The index holds two CoverSets: ``set`` (every known fragment, local and
 remote) and ``local`` (fragments backed by this broker's spool files). Spool
@@ -54,7 +54,7 @@ class Index:
     # -- Queries ------------------------------------------------------------------------
 
     async def query(self, req: pb.ReadRequest) -> tuple[pb.ReadResponse, files.SpoolFile | None]:
-        """The fragment serving ``req.offset``, per broker.md §7.2.
+        """The fragment serving ``req.offset``, as Gazette's `Index.Query` picks it.
 
         Returns the metadata response and, for a spool-backed fragment, its local
         file. Blocks (``req.block``) until an index change makes the offset

@@ -1,4 +1,4 @@
-"""Reading a persisted fragment's content back from its store (broker.md §4.2, §7.1)."""
+"""Reading a persisted fragment's content back from its store (Gazette `broker/fragment/stores.go` `Open`)."""
 
 from __future__ import annotations
 

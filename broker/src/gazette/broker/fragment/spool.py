@@ -1,4 +1,4 @@
-"""Spool: a replica's transactional journal state (broker.md §4.5, §4.6).
+"""Spool: a replica's transactional journal state (Gazette `broker/fragment/spool.go`).
 
 A spool is the fragment being written: its committed span and SHA-1, bytes
 written past the commit point but not yet committed (``delta``), the journal
@@ -14,7 +14,8 @@ Content is never held in memory beyond one request: it lives in the spool
 file, and compression reads it back in blocks. The SHA-1 of the committed
 content is kept as a hashlib copy, so a rollback is a ``.copy()``.
 
-:func:`maybe_roll` decides the primary's next proposal (§4.6).
+:func:`maybe_roll` decides the primary's next proposal (Gazette's
+`maybeRollFragment`, `broker/replica.go`).
 """
 
 from __future__ import annotations
@@ -388,7 +389,7 @@ class Spool:
 def maybe_roll(
     spool: Spool, roll_to_offset: int, spec: pb.JournalSpec.Fragment, now: float
 ) -> pb.Fragment:
-    """The primary's next proposal for ``spool`` (broker.md §4.6).
+    """The primary's next proposal for ``spool`` (Gazette's `maybeRollFragment`).
 
     A new empty fragment at ``max(spool.end, roll_to_offset)`` under the spec's
     codec when the spool is empty, longer than ``spec.length``, asked to roll

@@ -1,4 +1,4 @@
-"""The journal HTTP gateway of a broker's HTTP port (broker.md §11.1).
+"""The journal HTTP gateway of a broker's HTTP port (Gazette `broker/http_gateway`).
 
 ``curl`` speaks to journals through it: ``GET /<journal>?offset=&block=``
 streams a journal's content with Gazette's response headers (and an
@@ -13,8 +13,8 @@ Key types:
 - :class:`ServerConfig` — its settings (``body_timeout``: how long a request
   body may send nothing before it is answered 408, 30 s by default).
 - :class:`Server` — an HTTP/1.1 server (h11 on asyncio streams) of the gateway
-  plus ``/debug/ready`` and ``/debug/metrics``; a drop-in for the broker's
-  ``debug_http.DebugServer``, which is how a broker process mounts the gateway.
+  plus ``/debug/ready`` and ``/debug/metrics``: a broker process serves it
+  on its HTTP port (``--broker.http-port``).
 - ``python -m gazette.broker.http_gateway`` — the same server as a process of
   its own, in front of any broker.
 

@@ -1,4 +1,4 @@
-"""The journal HTTP gateway: ``GET`` / ``HEAD`` / ``PUT /<journal>`` over gRPC (broker.md §11.1).
+"""The journal HTTP gateway: ``GET`` / ``HEAD`` / ``PUT /<journal>`` over gRPC (Gazette `http_gateway.go`).
 
 Each request becomes one ``protocol.Journal`` RPC on a gRPC channel (the
 broker's own port, so the RPC is routed and proxied like any client's):

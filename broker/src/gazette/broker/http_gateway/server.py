@@ -2,9 +2,8 @@
 
 It serves the journal gateway (:class:`~gazette.broker.http_gateway.gateway.Gateway`)
 on every path, and the diagnostics ``/debug/ready`` and ``/debug/metrics``
-when given a ``ready`` callable. It has the same ``start(host, port)`` /
-``close()`` shape as ``gazette.broker.server.debug_http.DebugServer``, so a
-broker process mounts the gateway by serving this in its place::
+when given a ``ready`` callable; a broker process serves it on its HTTP
+port (grpcio's own port speaks only HTTP/2)::
 
     http = http_gateway.Server(lambda: ready, grpc_endpoint=endpoint)
     port = await http.start(host, http_port)

@@ -18,7 +18,8 @@ Modules:
 * :mod:`service` — the Service: replicas, resolution, peers, the FSM's collaborators.
 * :mod:`api` — the gRPC servicer of the seven RPCs.
 * :mod:`process` — a whole broker process (etcd lease, allocator, serving, graceful exit).
-* :mod:`metrics`, :mod:`debug_http` — Prometheus metrics and ``/debug/*``.
+* :mod:`metrics` — Prometheus metrics (served at ``/debug/metrics`` by
+  ``gazette.broker.http_gateway``).
 
 Usage::
 
@@ -31,7 +32,6 @@ from gazette.broker.server import (
     api,
     append_fsm,
     config,
-    debug_http,
     errors,
     flow_control,
     metrics,
@@ -46,7 +46,6 @@ __all__ = [
     "api",
     "append_fsm",
     "config",
-    "debug_http",
     "errors",
     "flow_control",
     "metrics",

@@ -1,4 +1,4 @@
-"""Fragment stores: where persisted fragment files live (broker.md §5).
+"""Fragment stores: where persisted fragment files live (Gazette `broker/stores`).
 
 A FragmentStore URL (``file:///data/``, ``s3://bucket/prefix/?endpoint=...``)
 names a blob store root. :class:`StoreRegistry` turns URLs into cached

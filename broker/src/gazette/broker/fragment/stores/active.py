@@ -1,4 +1,4 @@
-"""ActiveStore: a constructed store with its metrics, mark bit and health (broker.md §5.4)."""
+"""ActiveStore: a constructed store with its metrics, mark bit and health (Gazette `broker/stores/active_store.go`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The store abstraction shared by every scheme (broker.md §5.2, §5.3)."""
+"""The store abstraction shared by every scheme (Gazette `broker/stores/store.go`)."""
 
 from __future__ import annotations
 

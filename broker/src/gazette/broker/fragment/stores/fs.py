@@ -1,4 +1,4 @@
-"""``file://`` fragment stores: a directory tree under ``--broker.file-root`` (broker.md §5.3).
+"""``file://`` fragment stores: a directory tree under ``--broker.file-root`` (Gazette `broker/stores/fs/store.go`).
 
 Every path a store touches is confined to its root, ``<file root>/<URL path>``:
 a path with a ``..`` segment or a leading ``/`` is refused before any

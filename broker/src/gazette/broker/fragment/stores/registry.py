@@ -1,4 +1,4 @@
-"""StoreRegistry: the cache of active stores, keyed by FragmentStore URL (broker.md §5.2, §5.4).
+"""StoreRegistry: the cache of active stores, keyed by FragmentStore URL (Gazette `broker/stores/stores.go`).
 
 Stores are built on first use and kept; an hourly mark-and-sweep drops those
 not used since the previous sweep. While the registry is entered (``async

@@ -1,4 +1,4 @@
-"""``s3://<bucket>/<prefix>/`` fragment stores through boto3 (broker.md §5.3).
+"""``s3://<bucket>/<prefix>/`` fragment stores through boto3 (Gazette `broker/stores/s3/store.go`).
 
 Query arguments (keys match case-insensitively; unknown keys fail construction):
 ``profile``, ``endpoint`` (an S3-compatible endpoint; forces path-style
