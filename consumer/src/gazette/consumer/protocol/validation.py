@@ -72,25 +72,19 @@ def _is_absolute_clean_path(p: str) -> bool:
 
 
 def _validate_source(m: _pc.ShardSpec.Source) -> None:
-    try:
+    with pb.within("Journal"):
         pb.validate_journal(m.journal)
-    except pb.ValidationError as e:
-        raise e.within("Journal") from None
     if m.min_offset < 0:
         # Gazette's message says "> 0" although zero is accepted.
         raise pb.ValidationError(f"invalid MinOffset ({m.min_offset}; expected > 0)")
 
 
 def _validate_shard_spec(m: _pc.ShardSpec) -> None:
-    try:
+    with pb.within("Id"):
         validate_shard_id(m.id)
-    except pb.ValidationError as e:
-        raise e.within("Id") from None
     if m.recovery_log_prefix:
-        try:
+        with pb.within("RecoveryLogPrefix"):
             pb.validate_journal(recovery_log(m))
-        except pb.ValidationError as e:
-            raise e.within("RecoveryLogPrefix") from None
     elif m.hint_prefix:
         raise pb.ValidationError(
             f"invalid non-empty HintPrefix with empty RecoveryLogPrefix ({m.hint_prefix})"
@@ -107,19 +101,15 @@ def _validate_shard_spec(m: _pc.ShardSpec) -> None:
     max_txn = pb.duration_nanos(m.max_txn_duration)
     if max_txn <= 0:
         raise pb.ValidationError(f"invalid MaxTxnDuration ({max_txn}; expected > 0)")
-    try:
+    with pb.within("LabelSet"):
         pb.validate_labelset(m.labels)
         pb.validate_single_value_labels(m.labels)
-    except pb.ValidationError as e:
-        raise e.within("LabelSet") from None
     if pb.values_of(m.labels, "id"):
         raise pb.ValidationError('Labels cannot include label "id"')
     prev: str | None = None
     for i, src in enumerate(m.sources):
-        try:
+        with pb.within(f"Sources[{i}]"):
             _validate_source(src)
-        except pb.ValidationError as e:
-            raise e.within(f"Sources[{i}]") from None
         if prev is not None and src.journal <= prev:
             raise pb.ValidationError(
                 f"Sources.Journal not in unique, sorted order (index {i}; {src.journal} <= {prev})"
@@ -151,26 +141,20 @@ def _status_in(status: int) -> None:
 
 
 def _header_in(h: pb.Header) -> None:
-    try:
+    with pb.within("Header"):
         pb.validate(h)
-    except pb.ValidationError as e:
-        raise e.within("Header") from None
 
 
 def _offsets_in(offsets: Any, field: str) -> None:
-    try:
+    with pb.within(field):
         pb.validate_offsets(offsets)
-    except pb.ValidationError as e:
-        raise e.within(field) from None
 
 
 def _validate_stat_request(m: _pc.StatRequest) -> None:
     if m.HasField("header"):
         _header_in(m.header)
-    try:
+    with pb.within("Shard"):
         validate_shard_id(m.shard)
-    except pb.ValidationError as e:
-        raise e.within("Shard") from None
     _offsets_in(m.read_through, "ReadThrough")
 
 
@@ -182,67 +166,51 @@ def _validate_stat_response(m: _pc.StatResponse) -> None:
 
 
 def _validate_list_request(m: _pc.ListRequest) -> None:
-    try:
+    with pb.within("Selector"):
         pb.validate_selector(m.selector)
-    except pb.ValidationError as e:
-        raise e.within("Selector") from None
 
 
 def _validate_list_response_shard(m: _pc.ListResponse.Shard) -> None:
-    try:
+    with pb.within("Spec"):
         _validate_shard_spec(m.spec)
-    except pb.ValidationError as e:
-        raise e.within("Spec") from None
     if m.mod_revision <= 0:
         raise pb.ValidationError(f"invalid ModRevision ({m.mod_revision}; expected > 0)")
-    try:
+    with pb.within("Route"):
         pb.validate(m.route)
-    except pb.ValidationError as e:
-        raise e.within("Route") from None
     n_members, n_status = len(m.route.members), len(m.status)
     if n_members != n_status:
         raise pb.ValidationError(
             f"length of Route.Members and Status are not equal ({n_members} vs {n_status})"
         )
     for i, st in enumerate(m.status):
-        try:
+        with pb.within(f"Status[{i}]"):
             _validate_replica_status(st)
-        except pb.ValidationError as e:
-            raise e.within(f"Status[{i}]") from None
 
 
 def _validate_list_response(m: _pc.ListResponse) -> None:
     _status_in(m.status)
     _header_in(m.header)
     for i, shard in enumerate(m.shards):
-        try:
+        with pb.within(f"Shards[{i}]"):
             _validate_list_response_shard(shard)
-        except pb.ValidationError as e:
-            raise e.within(f"Shards[{i}]") from None
 
 
 def _validate_apply_change(m: _pc.ApplyRequest.Change) -> None:
     if m.HasField("upsert"):
         if m.delete:
             raise pb.ValidationError("both Upsert and Delete are set (expected exactly one)")
-        try:
+        with pb.within("Upsert"):
             _validate_shard_spec(m.upsert)
-        except pb.ValidationError as e:
-            raise e.within("Upsert") from None
         if m.expect_mod_revision < 0 and m.expect_mod_revision != -1:
             raise pb.ValidationError(
                 f"invalid ExpectModRevision ({m.expect_mod_revision}; expected >= 0 or -1)"
             )
         if m.HasField("primary_hints"):
-            try:
+            with pb.within("PrimaryHints"):
                 validate_fsm_hints(m.primary_hints)
-            except pb.ValidationError as e:
-                raise e.within("PrimaryHints") from None
     elif m.delete:
-        try:
+        with pb.within("Delete"):
             validate_shard_id(m.delete)
-        except pb.ValidationError as e:
-            raise e.within("Delete") from None
         if m.expect_mod_revision <= 0 and m.expect_mod_revision != -1:
             raise pb.ValidationError(
                 f"invalid ExpectModRevision ({m.expect_mod_revision}; expected > 0 or -1)"
@@ -255,10 +223,8 @@ def _validate_apply_change(m: _pc.ApplyRequest.Change) -> None:
 
 def _validate_apply_request(m: _pc.ApplyRequest) -> None:
     for i, change in enumerate(m.changes):
-        try:
+        with pb.within(f"Changes[{i}]"):
             _validate_apply_change(change)
-        except pb.ValidationError as e:
-            raise e.within(f"Changes[{i}]") from None
 
 
 def _validate_status_header(m: Any) -> None:
@@ -267,10 +233,8 @@ def _validate_status_header(m: Any) -> None:
 
 
 def _validate_get_hints_request(m: _pc.GetHintsRequest) -> None:
-    try:
+    with pb.within("Shard"):
         validate_shard_id(m.shard)
-    except pb.ValidationError as e:
-        raise e.within("Shard") from None
 
 
 def _validate_response_hints(m: _pc.GetHintsResponse.ResponseHints) -> None:
@@ -280,23 +244,17 @@ def _validate_response_hints(m: _pc.GetHintsResponse.ResponseHints) -> None:
 
 def _validate_get_hints_response(m: _pc.GetHintsResponse) -> None:
     _status_in(m.status)
-    try:
+    with pb.within("primary hints"):
         _validate_response_hints(m.primary_hints)
-    except pb.ValidationError as e:
-        raise e.within("primary hints") from None
     for hints in m.backup_hints:
-        try:
+        with pb.within("backup hints"):
             _validate_response_hints(hints)
-        except pb.ValidationError as e:
-            raise e.within("backup hints") from None
 
 
 def _validate_unassign_request(m: _pc.UnassignRequest) -> None:
     for i, shard in enumerate(m.shards):
-        try:
+        with pb.within(f"Shards[{i}]"):
             validate_shard_id(shard)
-        except pb.ValidationError as e:
-            raise e.within(f"Shards[{i}]") from None
 
 
 def _validate_unassign_response(m: _pc.UnassignResponse) -> None:
