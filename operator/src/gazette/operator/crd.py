@@ -303,7 +303,7 @@ def _journal_spec_schema() -> dict[str, Any]:
     }
     return {
         "type": "object",
-        "description": "A Gazette JournalSpec (spec/broker.md 3.3), plus the deletion policy.",
+        "description": "A Gazette JournalSpec (Gazette broker/protocol/protocol.proto), plus the deletion policy.",
         "required": ["name", "replication", "fragment"],
         "properties": {
             "name": _name_field(
@@ -357,7 +357,7 @@ def _shard_spec_schema() -> dict[str, Any]:
     }
     return {
         "type": "object",
-        "description": "A Gazette ShardSpec (spec/consumer.md 2.4), plus the deletion policy.",
+        "description": "A Gazette ShardSpec (Gazette consumer/protocol/protocol.proto), plus the deletion policy.",
         "required": ["name", "maxTxnDuration"],
         "properties": {
             "name": _name_field("The shard id (ShardSpec.id).", journal=False),
