@@ -37,40 +37,6 @@ def test_decoding() -> None:
         decode("/root/assign/foo#zone#suf#x", b"")
 
 
-def test_journal_decoder() -> None:
-    decode = keys.key_value_decoder(ROOT, routes.JournalDecoder())
-    spec = testing.journal_spec("a/journal", 3)
-    item = decode("/root/items/a/journal", spec.SerializeToString())
-    assert isinstance(item, keys.Item) and item.desired_replication == 3
-    # Suspension lowers the desired replication (pb.desired_replication).
-    spec.suspend.level = pb.JournalSpec.Suspend.PARTIAL
-    assert decode("/root/items/a/journal", spec.SerializeToString()).desired_replication == 1
-    spec.suspend.level = pb.JournalSpec.Suspend.FULL
-    assert decode("/root/items/a/journal", spec.SerializeToString()).desired_replication == 0
-    with pytest.raises(errors.DecodeError, match="doesn't match Item ID"):
-        decode("/root/items/other", spec.SerializeToString())
-    # Every value is validated with pb.validate.
-    spec.replication = 0
-    with pytest.raises(pb.ValidationError, match="invalid Replication"):
-        decode("/root/items/a/journal", spec.SerializeToString())
-
-    bs = testing.broker_spec("z", "broker-1", 7, exiting=True)
-    m = decode("/root/members/z#broker-1", bs.SerializeToString())
-    assert (m.item_limit, m.exiting) == (7, True)
-    with pytest.raises(errors.DecodeError, match="Suffix"):
-        decode("/root/members/z#broker-2", bs.SerializeToString())
-    bs.process_spec.endpoint = "not a url"
-    with pytest.raises(pb.ValidationError, match="Endpoint"):
-        decode("/root/members/z#broker-1", bs.SerializeToString())
-
-    empty = decode("/root/assign/a/journal#z#broker-1#0", b"")
-    assert empty.value == pb.Route(primary=-1)
-    rt = pb.Route(primary=5)
-    rt.members.add(zone="z", suffix="broker-1")
-    with pytest.raises(pb.ValidationError, match="Primary"):
-        decode("/root/assign/a/journal#z#broker-1#0", rt.SerializeToString())
-
-
 def test_state_extraction() -> None:
     s = testing.build_state(
         ROOT,
@@ -139,5 +105,12 @@ def test_route_of_and_consistency() -> None:
     rt = routes.route_of(asn)
     assert [(m.zone, m.suffix) for m in rt.members] == [("a", "m1"), ("b", "m2")]
     assert rt.primary == 1
-    # Values here are strings, not Routes: not consistent.
-    assert not routes.journal_is_consistent(s.item(0), asn[0], asn)
+    # Endpoints come from the members' specs (their process_spec), "" once a member is gone.
+    spec = pb.BrokerSpec()
+    spec.process_spec.endpoint = "http://m1:8080"
+    assert routes.member_endpoint(spec) == "http://m1:8080"
+    assert routes.member_endpoint(None) == ""
+    s = testing.build_state(ROOT, "", [("a", "m1", 1)], [("j", 1)], [("j", "a", "m1", 0)])
+    rt.members.add(zone="c", suffix="gone")
+    routes.attach_endpoints(rt, s, endpoint_of=lambda spec: "http://m1:8080")
+    assert list(rt.endpoints) == ["http://m1:8080", "", ""]

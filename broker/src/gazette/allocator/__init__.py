@@ -43,25 +43,33 @@ per round rather than at every KeySpace update, and skips settled items
 Key types: :class:`State` (extracted from a KeySpace), :class:`ObservedState`,
 :func:`allocate` (the loop), :class:`BatchedTxn` and :class:`TxnConfig` (leader
 writes), :class:`Session` (lease, announce, allocate, graceful exit),
-:class:`Resolver` (journal -> Route + status), :class:`Decoder` (application
-hook), :class:`JournalDecoder` (brokers); Prometheus metrics with Gazette's
-names in :mod:`gazette.allocator.metrics`.
+:class:`Decoder` (the application's hook: what items and members are),
+:data:`IsConsistentFn` (the application's consistency gate), :func:`route_of`
+and :func:`attach_endpoints` (an item's assignments as a ``protocol.Route``;
+why a protocol type: see :mod:`gazette.allocator.routes`); Prometheus metrics
+with Gazette's names in :mod:`gazette.allocator.metrics`.
 
-Usage::
+The allocator knows nothing of journals or shards. What an item is belongs to
+its owner: :mod:`gazette.broker.journals` (JournalSpec items, BrokerSpec
+members, the journal consistency gate) and the broker's
+:mod:`gazette.broker.server.resolver` for brokers; the consumer's own
+modules for shards.
+
+Usage (``decoder`` and ``is_consistent`` are the application's, e.g.
+``journals.JournalDecoder()`` and ``journals.journal_is_consistent``)::
 
     from gazette import allocator, keyspace
 
-    decode = allocator.key_value_decoder(root, allocator.JournalDecoder())
-    ks = keyspace.KeySpace(root, decode)
+    ks = keyspace.KeySpace(root, allocator.key_value_decoder(root, decoder))
     session = allocator.Session(
         client, ks, allocator.member_key(root, zone, suffix),
         spec.SerializeToString(), exiting_spec.SerializeToString(),
-        is_consistent=allocator.journal_is_consistent,
+        is_consistent=is_consistent,
     )
     async with asyncio.TaskGroup() as tg:
         tg.create_task(session.run())
         await session.ready.wait()
-        resolver = allocator.Resolver(session.observed)
+        state = session.observed.state   # re-extracted after every KeySpace update
         ...
         session.request_exit()   # on SIGTERM: drains, then revokes the lease
 """
@@ -91,8 +99,7 @@ from gazette.allocator.keys import (
     key_value_decoder,
     member_key,
 )
-from gazette.allocator.resolver import Resolution, ResolveOptions, Resolver
-from gazette.allocator.routes import JournalDecoder, journal_is_consistent, route_of
+from gazette.allocator.routes import EndpointOf, attach_endpoints, member_endpoint, route_of
 from gazette.allocator.state import IsConsistentFn, LocalItem, State, always_consistent
 from gazette.allocator.txn import BatchedTxn, TxnConfig
 
@@ -101,17 +108,14 @@ __all__ = [
     "Assignment",
     "BatchedTxn",
     "Decoder",
+    "EndpointOf",
     "IsConsistentFn",
     "Item",
     "ItemValue",
-    "JournalDecoder",
     "LocalItem",
     "Member",
     "MemberValue",
     "ObservedState",
-    "Resolution",
-    "ResolveOptions",
-    "Resolver",
     "Session",
     "SessionConfig",
     "State",
@@ -120,15 +124,16 @@ __all__ = [
     "always_consistent",
     "announce",
     "assignment_key",
+    "attach_endpoints",
     "change_summary",
     "converge",
     "errors",
     "grant_lease",
     "item_assignments_prefix",
     "item_key",
-    "journal_is_consistent",
     "keep_alive",
     "key_value_decoder",
+    "member_endpoint",
     "member_key",
     "metrics",
     "revoke_lease",

@@ -7,8 +7,7 @@
     ├── MemberKeyMissing     our member key vanished from etcd (lease lost, or deleted)
     ├── TxnFailed            a checked etcd transaction's comparisons did not hold
     ├── EtcdError            an etcd RPC failed (wraps the aetcd / grpc error)
-    ├── LeaseLost            the member lease could not be kept alive
-    └── ResolveError         a proxied request doesn't belong to this process / cluster
+    └── LeaseLost            the member lease could not be kept alive
 """
 
 from __future__ import annotations
@@ -44,7 +43,3 @@ class LeaseLost(AllocatorError):
     def __init__(self, lease_id: int) -> None:
         super().__init__(f"unable to keep member lease alive (lease {lease_id:x})")
         self.lease_id = lease_id
-
-
-class ResolveError(AllocatorError):
-    pass

@@ -1,9 +1,9 @@
 """Test helpers of the allocator: in-memory key/values and a toy decoder.
 
 ``build_state`` makes a :class:`~gazette.allocator.state.State` without etcd,
-for unit tests, property tests and benchmarks of the solver;
-``journal_spec`` and ``broker_spec`` make the smallest specs ``pb.validate``
-accepts, for tests of the broker keyspace.
+for unit tests, property tests and benchmarks of the solver, with the toy
+:class:`JSONDecoder` values of Gazette's own allocator tests. Tests of a
+broker keyspace (journals) live with the broker.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Any
 
 from gazette.allocator import keys
 from gazette.allocator.state import IsConsistentFn, State, always_consistent
-from gazette.broker import protocol as pb
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -106,22 +105,3 @@ def build_state(
         rev += 1
     entries.sort(key=lambda kv: kv.key)
     return State(root, local_key, entries, is_consistent, revision=rev)
-
-
-def journal_spec(name: str, replication: int) -> pb.JournalSpec:
-    """A valid JournalSpec (``pb.validate`` passes) of ``name`` and ``replication``."""
-    spec = pb.JournalSpec(name=name, replication=replication)
-    spec.fragment.length = 1 << 20
-    spec.fragment.compression_codec = pb.NONE
-    spec.fragment.refresh_interval.CopyFrom(pb.duration_from_seconds(60))
-    pb.validate(spec)
-    return spec
-
-
-def broker_spec(zone: str, suffix: str, limit: int, exiting: bool = False) -> pb.BrokerSpec:
-    """A valid BrokerSpec of member ``zone#suffix``, served at ``http://<suffix>:8080``."""
-    spec = pb.BrokerSpec(journal_limit=limit, exiting=exiting)
-    spec.process_spec.id.zone, spec.process_spec.id.suffix = zone, suffix
-    spec.process_spec.endpoint = f"http://{suffix}:8080"
-    pb.validate(spec)
-    return spec

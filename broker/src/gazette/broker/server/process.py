@@ -41,7 +41,7 @@ import socket
 import sys
 
 from gazette import allocator, keyspace
-from gazette.broker import http_gateway
+from gazette.broker import http_gateway, journals
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import persister, spool, stores
 from gazette.broker.protocol import dial
@@ -166,7 +166,7 @@ async def serve(
 
     client = await keyspace.connect(cfg.etcd.address)
     root = cfg.etcd.prefix
-    decoder = allocator.key_value_decoder(root, allocator.JournalDecoder(pb.validate))
+    decoder = allocator.key_value_decoder(root, journals.JournalDecoder(pb.validate))
     ks = keyspace.KeySpace(root, decoder, keyspace.KeySpaceConfig(watch_delay=bcfg.watch_delay_s))
     lease_ttl = max(2, round(cfg.etcd.lease_s))
     session = allocator.Session(
@@ -181,7 +181,7 @@ async def serve(
             announce_retry=min(10.0, max(1.0, lease_ttl / 4)),
             watch_keyspace=False,
         ),
-        is_consistent=allocator.journal_is_consistent,
+        is_consistent=journals.journal_is_consistent,
     )
     registry = stores.StoreRegistry(
         stores.StoresConfig(
