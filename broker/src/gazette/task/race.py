@@ -17,7 +17,7 @@ async def race(
     aw: Awaitable[T],
     *events: asyncio.Event,
     give_back: Callable[[T], object] | None = None,
-) -> tuple[T | None, bool]:
+) -> tuple[T, bool] | tuple[None, bool]:
     """Await ``aw`` unless one of ``events`` is set first: ``(result, interrupted)``.
 
     * ``aw`` finished first (or together with an event): ``(its result, False)``;
