@@ -1,4 +1,4 @@
-"""Every Status of broker.md §1.3 a client can provoke, and bad input, on real brokers.
+"""Every Status a client can provoke (Gazette broker/protocol/protocol.proto), and bad input, on real brokers.
 
 One cluster of four broker processes in two zones (module fixture), a real
 etcd and the file:// store. Each test uses journals of its own. Every response
