@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 import pytest
 
-from gazette import keyspace
+from gazette import keyspace, task
 from gazette.broker import protocol as pb
 from gazette.broker.server import api, errors, flow_control, metrics
 
@@ -154,7 +154,7 @@ async def test_flow_control_retrieves_a_failed_read_ahead() -> None:
 async def test_race_gives_back_what_it_got_when_cancelled() -> None:
     slot: asyncio.Queue[str] = asyncio.Queue(1)
     signal = asyncio.Event()
-    race = asyncio.ensure_future(api._race(slot.get(), signal, slot.put_nowait))
+    race = asyncio.ensure_future(task.race(slot.get(), signal, give_back=slot.put_nowait))
     await asyncio.sleep(0)  # The race waits on the slot.
     slot.put_nowait("spool")
     await asyncio.sleep(0)  # The get completes ...

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from gazette import task
 from gazette.broker import protocol as pb
 from gazette.broker.protocol import gotext
 from gazette.broker.protocol import protocol_pb2_grpc as pb_grpc
@@ -340,17 +341,9 @@ async def _next_body(
     """
     if ended.is_set():
         return None
-    read = asyncio.ensure_future(body())
-    stop = asyncio.ensure_future(ended.wait())
     try:
-        await asyncio.wait((read, stop), timeout=idle_limit, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (read, stop):
-            if not task.done():
-                task.cancel()
-        await asyncio.wait((read, stop))  # Both always end here.
-    if not read.cancelled():
-        return read.result()  # Its bytes, or its failure: retrieved either way.
-    if stop.done() and not stop.cancelled():
-        return None
-    raise HttpError(408, f"request body sent nothing for {idle_limit:g}s")
+        async with asyncio.timeout(idle_limit):
+            data, stopped = await task.race(body(), ended)  # The read always ends here.
+    except TimeoutError:
+        raise HttpError(408, f"request body sent nothing for {idle_limit:g}s") from None
+    return None if stopped else data

@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
 import grpc
 
-from gazette import keyspace
+from gazette import keyspace, task
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import errors as frag_errors
 from gazette.broker.fragment import reader
@@ -282,7 +282,7 @@ class JournalServicer(pb2_grpc.JournalServicer):
             if res.replica is None:
                 raise errors.ReplicaStopped(req.proposal.journal)
             slot = res.replica.spool_slot
-            got, changed = await _race(slot.get(), res.invalidated, slot.put_nowait)
+            got, changed = await task.race(slot.get(), res.invalidated, give_back=slot.put_nowait)
             if not changed:
                 assert got is not None
                 sp = got
@@ -363,21 +363,15 @@ class JournalServicer(pb2_grpc.JournalServicer):
         fwd.CopyFrom(req)
         fwd.header.CopyFrom(res.header)
         call = self.svc.peers.stub(endpoint).Read(fwd)
-        stop = asyncio.ensure_future(self.svc.stop_proxy_reads.wait())
         try:
             while True:
-                nxt = asyncio.ensure_future(call.read())
-                await asyncio.wait((nxt, stop), return_when=asyncio.FIRST_COMPLETED)
-                if not nxt.done():
-                    # This broker is shutting down: end the relay with a clean EOF.
-                    nxt.cancel()
-                    return
-                resp = nxt.result()
+                resp, stopping = await task.race(call.read(), self.svc.stop_proxy_reads)
+                if stopping:
+                    return  # This broker is shutting down: end the relay with a clean EOF.
                 if resp is grpc.aio.EOF:
                     return
                 await context.write(resp)
         finally:
-            stop.cancel()
             call.cancel()
 
     async def _serve_read(
@@ -480,29 +474,3 @@ class JournalServicer(pb2_grpc.JournalServicer):
 
 
 _st = metadata_api.st
-
-
-async def _race(
-    aw: Awaitable[T], signal: asyncio.Event, orphan: Callable[[Any], object]
-) -> tuple[T | None, bool]:
-    """Await ``aw`` unless ``signal`` is set first: (result, signalled).
-
-    If we are cancelled just as ``aw`` completed, its result goes to ``orphan``
-    (a replica's spool taken by a Replicate stream whose peer hung up at that
-    moment must go back to its slot, or the journal wedges).
-    """
-    task = asyncio.ensure_future(aw)
-    sig = asyncio.ensure_future(signal.wait())
-    try:
-        await asyncio.wait((task, sig), return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        if task.done() and not task.cancelled() and task.exception() is None:
-            orphan(task.result())
-        raise
-    finally:
-        sig.cancel()
-        if not task.done():
-            task.cancel()
-    if task.done() and not task.cancelled():
-        return task.result(), False
-    return None, True

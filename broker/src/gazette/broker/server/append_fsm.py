@@ -35,6 +35,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
+from gazette import task
 from gazette.broker import protocol as pb
 from gazette.broker.protocol import protocol_pb2 as pb2
 from gazette.broker.server import errors, resolver
@@ -216,27 +217,23 @@ class AppendFSM(ContentPhase):
         assert self.pln is not None
         return self.pln
 
-    async def _race(self, aw: Awaitable[T], *, resolved: bool = True) -> tuple[T | None, bool]:
+    async def _race(
+        self,
+        aw: Awaitable[T],
+        *,
+        resolved: bool = True,
+        give_back: Callable[[T], object] | None = None,
+    ) -> tuple[T, bool] | tuple[None, bool]:
         """Await ``aw`` unless the resolution is invalidated (or the FSM aborted) first.
 
         Returns (result, interrupted); an interrupted FSM re-resolves, and an aborted
-        one then stops at its next step.
+        one then stops at its next step. See :func:`gazette.task.race`.
         """
-        task = asyncio.ensure_future(aw)
-        waits = [asyncio.ensure_future(self.aborted.wait())]
+        events = [self.aborted]
         if resolved:
             assert self.resolved is not None
-            waits.append(asyncio.ensure_future(self.resolved.invalidated.wait()))
-        try:
-            await asyncio.wait((task, *waits), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
-            if not task.done():
-                task.cancel()
-        if task.done() and not task.cancelled():
-            return task.result(), False
-        return None, True
+            events.append(self.resolved.invalidated)
+        return await task.race(aw, *events, give_back=give_back)
 
     async def abandon(self) -> None:
         """Hard teardown when the driver could not finish the FSM (cancelled, timed out).
@@ -308,7 +305,7 @@ class AppendFSM(ContentPhase):
             # The common case, without _race's tasks: a get that can't wait wins anyway.
             pln, invalidated = slot.get_nowait(), False
         else:
-            pln, invalidated = await self._race(slot.get())
+            pln, invalidated = await self._race(slot.get(), give_back=slot.put_nowait)
         if invalidated:
             self.state = State.RESOLVE
             return
@@ -328,7 +325,8 @@ class AppendFSM(ContentPhase):
             old, self.pln = self.pln, None
             await old.shutdown(False)
 
-        spool, invalidated = await self._race(self._replica().spool_slot.get())
+        spool_slot = self._replica().spool_slot
+        spool, invalidated = await self._race(spool_slot.get(), give_back=spool_slot.put_nowait)
         if invalidated:
             self.state = State.RESOLVE
             return

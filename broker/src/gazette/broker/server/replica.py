@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from gazette import allocator
+from gazette import allocator, task
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import cover_set, index, spool, stores
 from gazette.broker.fragment import errors as frag_errors
@@ -285,21 +285,13 @@ class Replica:
         stable_ticks = 0
         while not self._stopping.is_set():
             changed = await self.host.pulse(self, stable_ticks)
-            waits = [asyncio.ensure_future(self._stopping.wait())]
-            if changed is not None:
-                waits.append(asyncio.ensure_future(changed.wait()))
+            events = [self._stopping] if changed is None else [self._stopping, changed]
             timeout = self.pulse_interval
             if (due := self.head_recovery_due()) is not None:
                 # Pulse again as soon as the journal may resume past its head gap.
                 timeout = min(timeout, max(0.0, due - self._clock()) + 0.1)
-            try:
-                done, _ = await asyncio.wait(
-                    waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-                )
-            finally:
-                for w in waits:
-                    w.cancel()
-            stable_ticks = stable_ticks + 1 if not done else 0
+            _, signalled = await task.race(asyncio.sleep(timeout), *events)
+            stable_ticks = 0 if signalled else stable_ticks + 1
 
     async def _shut_down(self) -> None:
         pln = await self.pipeline_slot.get()
