@@ -109,11 +109,11 @@ bench: $(VENV)/.installed ## Benchmarks (figures, not pass/fail).
 
 .PHONY: up
 up: $(VENV)/.installed ## Start etcd, 3 brokers in 2 zones and the HTTP gateway under $(DATA)/; apply examples/journals.yaml.
-	$(PY) -m gazette.gazctl.devcluster up --data $(DATA) $(UP_ARGS)
+	$(PY) -m devcluster up --data $(DATA) $(UP_ARGS)
 
 .PHONY: down
 down: ## Stop what `make up` started, and only that.
-	@if [ -x $(PY) ]; then $(PY) -m gazette.gazctl.devcluster down --data $(DATA); fi
+	@if [ -x $(PY) ]; then $(PY) -m devcluster down --data $(DATA); fi
 
 .PHONY: clean
 clean: ## Remove the venv, caches and local cluster data.

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gazette.gazctl import devcluster
+import devcluster
 
 pytestmark = pytest.mark.integration
 

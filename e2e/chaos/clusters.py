@@ -20,8 +20,8 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 
+import devcluster
 from gazette.broker import testing
-from gazette.gazctl import devcluster
 from gazette.keyspace import testing as ks_testing
 
 __all__ = ["DevCluster", "Exit", "ProcessCluster"]

@@ -17,7 +17,6 @@ Modules:
 - :mod:`runner` — runs a command's coroutine; failures as one line on stderr,
   exit status 1.
 - :mod:`output` — tables, JSON and progress lines.
-- :mod:`devcluster` — ``make up`` / ``make down``: a local cluster of real processes.
 
 Usage::
 

@@ -1,7 +1,7 @@
 """``gazctl journals suspend`` and ``reset-head``: where journals stand.
 
 :func:`reset_head` is the one implementation of ``reset-head``; the ``make up``
-cluster (``gazette.gazctl.devcluster``) calls it too. Gazette's
+cluster (``devcluster`` at the repository root) calls it too. Gazette's
 ``cmd/gazctl/gazctlcmd/journals_suspend.go`` and ``journals_reset_head.go``.
 """
 

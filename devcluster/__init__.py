@@ -1,5 +1,9 @@
 """A local development cluster of real processes, behind ``make up`` / ``make down``.
 
+Development tooling: it lives at the repository root, ships in no wheel, and
+runs from a checkout (``python -m devcluster`` with the root on the path, as
+the Makefile does).
+
 ``up`` starts each component of :data:`COMPONENTS` in order as a detached
 background process (it outlives the command), with its data and log under the
 data directory (``.local/`` by default), and records what it started in
@@ -25,9 +29,9 @@ entries of :data:`COMPONENTS`.
 
 Usage::
 
-    python -m gazette.gazctl.devcluster up --data .local
-    python -m gazette.gazctl.devcluster status --data .local
-    python -m gazette.gazctl.devcluster down --data .local
+    python -m devcluster up --data .local
+    python -m devcluster status --data .local
+    python -m devcluster down --data .local
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from collections.abc import Callable
 
 from gazette.broker import client, journalspace
 from gazette.broker import protocol as pb
+from gazette.gazctl import journals
 from gazette.keyspace import testing
 
 __all__ = [
@@ -83,7 +88,7 @@ KILL_WAIT = 10.0
 #: The brokers of the cluster: (id, zone). Two zones, so replicas spread across them.
 BROKERS = (("broker-0", "zone-a"), ("broker-1", "zone-b"), ("broker-2", "zone-a"))
 #: The journals ``up`` applies (relative to the repository root).
-EXAMPLE_JOURNALS = pathlib.Path(__file__).resolve().parents[5] / "examples" / "journals.yaml"
+EXAMPLE_JOURNALS = pathlib.Path(__file__).resolve().parents[1] / "examples" / "journals.yaml"
 
 Say = Callable[[str], None]
 
@@ -273,30 +278,6 @@ COMPONENTS: list[Component] = [
 # --- Journals ------------------------------------------------------------------
 
 
-async def _reset_head(jc: client.JournalClient, journal: str) -> int:
-    """Move a journal's write head to the end of its fragment index (``gazctl journals reset-head``).
-
-    After ``down`` every broker has exited with its fragments persisted, so a
-    later ``up`` finds journals whose stores end beyond the fresh brokers'
-    offset 0, and the brokers refuse appends (INDEX_HAS_GREATER_OFFSET) until
-    their head is reset.
-    """
-    reader = client.Reader(jc, pb.ReadRequest(journal=journal, offset=-1, metadata_only=True))
-    try:
-        await reader.read()
-        head = reader.request.offset
-    except client.errors.OffsetJump as jump:
-        head = jump.to_offset
-    except client.errors.OffsetNotYetAvailable:
-        head = reader.response.offset
-    finally:
-        await reader.close()
-    request = pb.AppendRequest(journal=journal, offset=head, suspend=pb.AppendRequest.SUSPEND_KEEP)
-    with contextlib.suppress(client.errors.WrongAppendOffset):  # Raced an append: fine.
-        await client.append(jc, request, b"")
-    return head
-
-
 async def _apply_journals(broker: str, text: str, within: float, say: Say) -> list[str]:
     tree = journalspace.load(text)
     request = pb.ApplyRequest(changes=journalspace.flatten(tree))
@@ -318,7 +299,7 @@ async def _apply_journals(broker: str, text: str, within: float, say: Say) -> li
                     await asyncio.wait_for(client.append(jc, name, b""), 10)
                     break
                 except client.errors.IndexHasGreaterOffset:
-                    head = await asyncio.wait_for(_reset_head(jc, name), 10)
+                    head = await asyncio.wait_for(journals.reset_head(jc, name), 10)
                     say(
                         f"{name}: its fragments outlived the last `down`; write head reset to {head}"
                     )

@@ -16,16 +16,19 @@ from collections.abc import Iterator
 
 import pytest
 
-from gazette.gazctl import devcluster
+import devcluster
 
 pytestmark = pytest.mark.integration
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def run(*args: str, cwd: pathlib.Path | None = None) -> str:
     if args[0] == "up":  # Never the developer's own ports.
         args = (*args, "--broker-port", "0", "--gateway-port", "0", "--no-journals")
     out = subprocess.run(
-        [sys.executable, "-m", "gazette.gazctl.devcluster", *args],
+        [sys.executable, "-m", "devcluster", *args],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
         timeout=180,

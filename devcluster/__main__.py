@@ -1,4 +1,4 @@
-"""``python -m gazette.gazctl.devcluster {up,down,status} --data DIR``."""
+"""``python -m devcluster {up,down,status} --data DIR``."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import argparse
 import pathlib
 import sys
 
-from gazette.gazctl import devcluster
+import devcluster
 from gazette.keyspace import testing
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gazette.gazctl.devcluster")
+    parser = argparse.ArgumentParser(prog="python -m devcluster")
     parser.add_argument("command", choices=["up", "down", "status"])
     parser.add_argument("--data", type=pathlib.Path, default=pathlib.Path(".local"))
     parser.add_argument(
