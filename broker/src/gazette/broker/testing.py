@@ -33,7 +33,6 @@ import dataclasses
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -63,29 +62,8 @@ __all__ = [
 _MAX_MESSAGE = 64 << 20
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port of ``host`` that nothing listens on right now."""
-    return free_ports(1, host)[0]
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct TCP ports of ``host`` that nothing listens on right now.
-
-    Every socket stays bound until all are chosen. Picking them one at a time let
-    the kernel hand out a port twice before any broker bound it; a broker's gRPC
-    server (SO_REUSEPORT) then answered another broker's /debug/ready probe with
-    HTTP/2 (seen as BadStatusLine in the SIGKILL fault test's cluster start).
-    """
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(sock)
-            sock.bind((host, 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
+free_port = ks_testing.free_port
+free_ports = ks_testing.free_ports
 
 
 @dataclasses.dataclass

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -35,6 +34,8 @@ from typing import Any
 
 import pytest
 
+from gazette.keyspace import testing as ks_testing
+
 REGION = "us-east-1"
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -43,12 +44,6 @@ CREDENTIALS = {
     "AWS_CONFIG_FILE": os.devnull,
     "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
 }
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -87,7 +82,7 @@ class S3Server:
 @contextlib.contextmanager
 def run_s3_server(*, timeout: float = 30.0) -> Iterator[S3Server]:
     """Start moto's S3 server on a free loopback port; stop it on exit."""
-    port = _free_port()
+    port = ks_testing.free_port()
     env = {**os.environ, **CREDENTIALS}
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],

@@ -75,9 +75,27 @@ def etcd_binary(path: pathlib.Path | str | None = None) -> pathlib.Path:
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port of ``host`` that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct TCP ports of ``host`` that nothing listens on right now.
+
+    Every socket stays bound until all are chosen. Picking them one at a time let
+    the kernel hand out a port twice before any broker bound it; a broker's gRPC
+    server then answered another broker's /debug/ready probe with HTTP/2 (seen as
+    BadStatusLine in the SIGKILL fault test's cluster start).
+    """
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.bind((host, 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
