@@ -10,22 +10,28 @@ optionally compressed files to a blob store (``file://``, ``s3://``), where
 readers (and Spark) can read them directly. The layout, wire protocol and
 etcd keyspace are Gazette's, so Gazette's Go tools and ours interoperate.
 
-Subpackages, from the bottom up (arrows point down only; see ARCHITECTURE.md):
+Subpackages, from the bottom up (arrows point down only; the import-linter
+contracts of the root ``pyproject.toml`` keep them so):
 
 - :mod:`protocol` (alias ``pb``) — messages and enums, validation, labels and
-  selectors, fragment names; imports nothing else of ours.
-- :mod:`fragment` — codecs, fragment stores, spools and the fragment index:
-  the storage half of a broker's data path.
-- :mod:`server` — the broker process: etcd membership and allocation,
-  replicas, the append state machine and replication pipelines, and the gRPC
-  servicer (``python -m gazette.broker``).
-- :mod:`http_gateway` — journal reads and appends over plain HTTP, and the
-  ``/debug/ready`` and ``/debug/metrics`` routes of a broker's HTTP port.
+  selectors, fragment names, and the dial seam (``protocol.dial``: every gRPC
+  channel and server port); imports nothing else of ours. Beside it,
+  ``gazette.task`` (task groups, races).
+- ``gazette.keyspace`` and ``gazette.allocator`` (same distribution) — the etcd
+  mirror and the generic allocator (items, members, assignments).
+- :mod:`journals` — what makes journals the allocator's items: the keyspace
+  decoder and the consistency gate.
+- :mod:`fragment` — codecs, fragment stores, spools, the persister and the
+  fragment index: the storage half of a broker's data path.
 - :mod:`client` — what applications use: append, read, list and apply, with
-  routing and retries (``gazctl`` and the consumer build on it).
-- :mod:`journalspace` — the YAML hierarchy of journal specs of
-  ``gazctl journals apply``.
-- :mod:`testing` — an in-process broker cluster on a real etcd, for tests.
+  routing and retries (``gazctl`` and the consumer build on it). Beside it,
+  :mod:`http_gateway` (journal reads and appends over plain HTTP, and the
+  ``/debug/`` routes) and :mod:`journalspace` (the YAML hierarchy of specs of
+  ``gazctl journals apply``).
+- :mod:`server` — the broker process: membership, replicas, the append state
+  machine and replication pipelines, the gRPC servicer (``python -m
+  gazette.broker``), and ``server.testing``, brokers in one event loop for tests.
+- :mod:`testing` — a cluster of broker processes on a real etcd, for tests.
 
 Usage::
 

@@ -11,15 +11,23 @@ Modules:
 * :mod:`config` — flags / environment of ``python -m gazette.broker`` (frozen dataclasses).
 * :mod:`errors` — the error hierarchy and its single mapping to gRPC outcomes.
 * :mod:`flow_control` — minimum / maximum append rates.
-* :mod:`append_fsm` — the append state machine.
+* :mod:`append_fsm` — the append state machine, which runs its own loop
+  (``AppendFSM.run``); :mod:`append_state` holds its states, constants and
+  ``Deps``, and :mod:`append_content` its content phase.
 * :mod:`pipeline` — a primary's Replicate streams to its peers.
 * :mod:`resolver` — journal -> route, status, local replica, invalidation.
-* :mod:`replica` — per-journal spool / pipeline slots, index refresh and pulse daemons.
-* :mod:`service` — the Service: replicas, resolution, peers, the FSM's collaborators.
-* :mod:`api` — the gRPC servicer of the seven RPCs.
-* :mod:`process` — a whole broker process (etcd lease, allocator, serving, graceful exit).
+* :mod:`replica` — per-journal spool / pipeline slots; index refresh, pulse and
+  flush daemons; recovery of a journal whose unpersisted tail was lost.
+* :mod:`service` — the Service: wiring of replicas, resolution, peers and the
+  FSM's collaborators.
+* :mod:`api` — the gRPC edge and the data RPCs (Append, Replicate, Read);
+  :mod:`metadata_api` — List, Apply, ListFragments, FragmentStoreHealth.
+* :mod:`process` — a whole broker process (etcd lease, allocator, serving,
+  bounded drain and persisting on SIGTERM).
 * :mod:`metrics` — Prometheus metrics (served at ``/debug/metrics`` by
   ``gazette.broker.http_gateway``).
+* :mod:`testing` — :class:`~gazette.broker.server.testing.InProcessCluster`,
+  brokers in the caller's event loop (a test seam).
 
 Usage::
 
