@@ -30,6 +30,7 @@ import grpc
 from chaos.records import RecordId, record
 from gazette.broker import protocol as pb
 from gazette.broker import testing
+from gazette.broker.protocol import dial
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 
 __all__ = ["Ack", "Channels", "Endpoints", "Fault", "Workload", "WorkloadConfig"]
@@ -49,12 +50,9 @@ class Channels:
     def stub(self, address: str) -> pb2_grpc.JournalAsyncStub:
         ch = self._channels.get(address)
         if ch is None:
-            ch = grpc.aio.insecure_channel(
-                address,
-                options=[
-                    ("grpc.max_receive_message_length", _MAX_MESSAGE),
-                    ("grpc.max_send_message_length", _MAX_MESSAGE),
-                ],
+            ch = dial.channel(
+                address if "://" in address else f"http://{address}",
+                dial.DialConfig(max_message_size=_MAX_MESSAGE),
             )
             self._channels[address] = ch
         return pb2_grpc.JournalStub(ch)  # type: ignore[return-value]

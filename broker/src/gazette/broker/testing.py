@@ -44,6 +44,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 import grpc
 
 from gazette.broker import protocol as pb
+from gazette.broker.protocol import dial
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 from gazette.keyspace import testing as ks_testing
 
@@ -338,12 +339,8 @@ class BrokerCluster:
 
     def channel(self, i: int = 0) -> grpc.aio.Channel:
         """A grpc.aio channel to broker ``i`` (use ``async with``)."""
-        return grpc.aio.insecure_channel(
-            self.brokers[i].address,
-            options=[
-                ("grpc.max_receive_message_length", _MAX_MESSAGE),
-                ("grpc.max_send_message_length", _MAX_MESSAGE),
-            ],
+        return dial.channel(
+            self.brokers[i].endpoint, dial.DialConfig(max_message_size=_MAX_MESSAGE)
         )
 
 
