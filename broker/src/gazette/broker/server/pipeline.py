@@ -149,15 +149,23 @@ class Pipeline:
         self._read_barrier = asyncio.get_running_loop().create_future()
         return wait_for, self._read_barrier
 
-    async def _gather(self) -> None:
+    async def _read_each(self) -> list[tuple[int, Any]]:
+        """One read of every live peer stream: (peer index, response or EOF).
+
+        A peer whose read fails is recorded as failed and left out.
+        """
+        out: list[tuple[int, Any]] = []
         for i, call in enumerate(self._streams):
             if call is None or self._recv_errs[i] is not None:
                 continue
             try:
-                resp = await call.read()
+                out.append((i, await call.read()))
             except grpc.aio.AioRpcError as e:
                 self._recv_errs[i] = e
-                continue
+        return out
+
+    async def _gather(self) -> None:
+        for i, resp in await self._read_each():
             if resp is grpc.aio.EOF:
                 self._recv_errs[i] = errors.PipelineError("unexpected EOF")
             else:
@@ -212,14 +220,7 @@ class Pipeline:
         return roll_to, roll_regs, read_through
 
     async def gather_eof(self) -> None:
-        for i, call in enumerate(self._streams):
-            if call is None or self._recv_errs[i] is not None:
-                continue
-            try:
-                resp = await call.read()
-            except grpc.aio.AioRpcError as e:
-                self._recv_errs[i] = e
-                continue
+        for i, resp in await self._read_each():
             if resp is not grpc.aio.EOF:
                 self._recv_errs[i] = errors.PipelineError(f"unexpected response: {resp}")
 
