@@ -104,6 +104,7 @@ class FakeReplica:
     # Answers of head_recovery_ready, and the (spool end, index end) it was asked about.
     recovery_ready: bool = False
     recovery_asks: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    gap_closed: int = 0
 
     def request_flush(self) -> None:
         self.flushes += 1
@@ -111,6 +112,9 @@ class FakeReplica:
     def head_recovery_ready(self, spool_end: int, index_end: int) -> bool:
         self.recovery_asks.append((spool_end, index_end))
         return self.recovery_ready
+
+    def head_gap_closed(self) -> None:
+        self.gap_closed += 1
 
 
 @dataclasses.dataclass
@@ -633,3 +637,11 @@ async def test_run_cancelled_with_a_stalled_client_ends_in_error(monkeypatch) ->
     assert fsm.state == State.ERROR
     assert deps.spool.spec.end == 0
     assert not deps.replica.pipeline_slot.empty()
+
+
+async def test_preconditions_without_a_head_gap_forget_a_pending_one() -> None:
+    # Else the replica's pulse keeps waking for a recovery nobody needs.
+    deps = FakeDeps()
+    fsm = await _at_preconditions(deps)
+    await step_expect(fsm, State.STREAM_CONTENT)
+    assert deps.replica.gap_closed == 1 and deps.replica.recovery_asks == []

@@ -139,3 +139,13 @@ async def test_a_primary_flush_closes_its_idle_pipeline_to_reach_the_spool() -> 
         assert await rep.pipeline_slot.get() is None  # The next append builds a new one.
         rep.pipeline_slot.put_nowait(None)
         rep.stop()
+
+
+async def test_a_closed_head_gap_is_forgotten() -> None:
+    clock = Clock()
+    rep = replica.Replica(
+        JOURNAL, FakeHost(), primary=True, create_revision=1, recovery_delay=10.0, clock=clock
+    )
+    assert not rep.head_recovery_ready(0, 500)
+    rep.head_gap_closed()  # A peer's sync rolled the spools to the index end.
+    assert rep.head_recovery_due() is None

@@ -459,6 +459,8 @@ class AppendFSM(ContentPhase):
             res.status = Status.INDEX_HAS_GREATER_OFFSET
             self.state = State.ERROR
             return
+        if spool_end == max_offset:
+            replica.head_gap_closed()
         if self.req.offset != 0 and self.req.offset != max_offset:
             res.status = Status.WRONG_APPEND_OFFSET
             self.state = State.ERROR

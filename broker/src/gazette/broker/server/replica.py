@@ -207,6 +207,13 @@ class Replica:
         metrics.JOURNAL_HEAD_RECOVERIES.inc()
         return True
 
+    def head_gap_closed(self) -> None:
+        """The primary found its spools at the index end: forget a pending head gap.
+
+        (Else the pulse daemon would keep waking for a recovery that is not needed.)
+        """
+        self._head_gap = None
+
     def head_recovery_due(self) -> float | None:
         """Monotonic time at which a pending head recovery may proceed, if any."""
         if self._head_gap is None:
