@@ -7,7 +7,6 @@ import os
 import pathlib
 import stat
 import sys
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -45,19 +44,10 @@ children:
 def cluster(
     etcd_server: ks_testing.EtcdServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[testing.BrokerCluster]:
-    root = f"/gazette/gazctl-test-{uuid.uuid4().hex[:8]}"
-    c = testing.BrokerCluster(
-        etcd_server.endpoint,
-        work_dir=tmp_path_factory.mktemp("brokers"),
-        brokers=3,
-        etcd_prefix=root,
-    )
-    try:
-        c.start()
+    with testing.running_cluster(
+        etcd_server.endpoint, tmp_path_factory.mktemp("brokers"), brokers=3
+    ) as c:
         yield c
-    finally:
-        c.kill_all()
-        ks_testing.wipe_prefix(etcd_server.endpoint, root + "/")
 
 
 @pytest.fixture(scope="module")

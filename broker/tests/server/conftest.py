@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import pathlib
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -21,31 +20,14 @@ from gazette.keyspace import testing as ks_testing
 __all__ = ["cluster", "cluster_factory", "make_cluster", "s3_bucket", "s3_server"]
 
 
-@contextlib.contextmanager
 def make_cluster(
     etcd_server: ks_testing.EtcdServer,
     work_dir: pathlib.Path,
-    *,
-    brokers: int = 4,
-    env: dict[str, str] | None = None,
-    extra_args: tuple[str, ...] = (),
-) -> Iterator[testing.BrokerCluster]:
+    **options: object,
+) -> contextlib.AbstractContextManager[testing.BrokerCluster]:
     """A started cluster under a fresh etcd root; killed and wiped on exit."""
-    root = f"/gazette/test-{uuid.uuid4().hex[:8]}"
-    cluster = testing.BrokerCluster(
-        etcd_server.endpoint,
-        work_dir=work_dir,
-        brokers=brokers,
-        etcd_prefix=root,
-        env=env,
-        extra_args=extra_args,
-    )
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.kill_all()
-        ks_testing.wipe_prefix(etcd_server.endpoint, root + "/")
+    options.setdefault("brokers", 4)
+    return testing.running_cluster(etcd_server.endpoint, work_dir, **options)
 
 
 @pytest.fixture(scope="module")

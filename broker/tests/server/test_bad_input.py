@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
-import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import grpc
@@ -32,19 +31,10 @@ UNHANDLED = ("Task exception was never retrieved", "Exception not handled by _ha
 def cluster(
     etcd_server: ks_testing.EtcdServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[testing.BrokerCluster]:
-    root = f"/gazette/test-{uuid.uuid4().hex[:8]}"
-    c = testing.BrokerCluster(
-        etcd_server.endpoint,
-        work_dir=tmp_path_factory.mktemp("bad-input"),
-        brokers=3,
-        etcd_prefix=root,
-    )
-    try:
-        c.start()
+    with testing.running_cluster(
+        etcd_server.endpoint, tmp_path_factory.mktemp("bad-input"), brokers=3
+    ) as c:
         yield c
-    finally:
-        c.kill_all()
-        ks_testing.wipe_prefix(etcd_server.endpoint, root + "/")
 
 
 @pytest.fixture

@@ -9,8 +9,6 @@ import asyncio
 import contextlib
 import pathlib
 import time
-import uuid
-from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -30,26 +28,17 @@ def _stub(ch: grpc.aio.Channel) -> pb2_grpc.JournalAsyncStub:
     return pb2_grpc.JournalStub(ch)  # type: ignore[return-value]
 
 
-@contextlib.contextmanager
 def _three_zones(
     etcd_server: ks_testing.EtcdServer, work_dir: pathlib.Path
-) -> Iterator[testing.BrokerCluster]:
-    root = f"/gazette/test-{uuid.uuid4().hex[:8]}"
-    cluster = testing.BrokerCluster(
+) -> contextlib.AbstractContextManager[testing.BrokerCluster]:
+    return testing.running_cluster(
         etcd_server.endpoint,
-        work_dir=work_dir,
+        work_dir,
         brokers=3,
         zones=("zone-a", "zone-b", "zone-c"),
-        etcd_prefix=root,
         lease=f"{LEASE_S}s",
         extra_args=("--broker.drain-timeout", f"{DRAIN_S}s"),
     )
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.kill_all()
-        ks_testing.wipe_prefix(etcd_server.endpoint, root + "/")
 
 
 async def _append_lines(stub: pb2_grpc.JournalAsyncStub, name: str, n: int) -> bytes:

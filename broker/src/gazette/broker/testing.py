@@ -29,6 +29,7 @@ Usage::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -39,7 +40,8 @@ import time
 import types
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterable, Sequence
+import uuid
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 
 import grpc
 
@@ -57,6 +59,7 @@ __all__ = [
     "free_ports",
     "journal_spec",
     "read",
+    "running_cluster",
     "wait_writable",
 ]
 
@@ -342,6 +345,24 @@ class BrokerCluster:
         return dial.channel(
             self.brokers[i].endpoint, dial.DialConfig(max_message_size=_MAX_MESSAGE)
         )
+
+
+@contextlib.contextmanager
+def running_cluster(
+    etcd_endpoint: str, work_dir: pathlib.Path, **options: object
+) -> Iterator[BrokerCluster]:
+    """A started :class:`BrokerCluster` under a fresh etcd prefix; killed and wiped on exit.
+
+    ``options`` are :class:`BrokerCluster`'s (``brokers``, ``zones``, ``lease``, ...).
+    """
+    root = f"/gazette/test-{uuid.uuid4().hex[:8]}"
+    cluster = BrokerCluster(etcd_endpoint, work_dir=work_dir, etcd_prefix=root, **options)  # type: ignore[arg-type]
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.kill_all()
+        ks_testing.wipe_prefix(etcd_endpoint, root + "/")
 
 
 # -- A small client --------------------------------------------------------------------
