@@ -1,31 +1,133 @@
-"""Messages: how applications write and read records of journals, exactly once.
+"""Messages: records of journals, published and read exactly once.
 
-Journals are byte streams; this package gives them records. It is the layer
-between the broker client (:mod:`gazette.broker.client`) and the consumer
-runtime (:mod:`gazette.consumer`), as Gazette's ``message`` package is. It
-will hold, in Gazette's layouts so that Go and Python peers interoperate:
+Journals are byte streams; this package gives them records, in Gazette's
+layouts so that Go and Python producers and consumers share journals
+(Gazette's ``message`` package, `message/interfaces.go`). It sits between
+the broker client (:mod:`gazette.broker.client`) and the consumer runtime,
+and depends on nothing of ours but the broker client and protocol.
 
-* framing: JSON lines and Gazette's fixed protobuf framing (a magic word and
-  a little-endian length before each message), to pack messages into appends
-  and unpack them from reads, resynchronising past garbage;
-* UUIDs: RFC 4122 version 1 UUIDs whose clock and node carry the producer,
-  its sequence and the transaction flags (outside, continue, ack), one per message;
-* the publisher: sequences each message's UUID, maps it to a journal
-  (a partition mapping over labels), and publishes it uncommitted or as part
-  of a transaction closed by acknowledgements;
-* the sequencer: reads messages back in order per producer, drops
-  duplicates and rolled-back ones, and replays a transaction's messages
-  once its acknowledgement commits them.
+* **Messages** (:class:`Message`): any object that keeps a UUID and makes an
+  empty acknowledgement of its own type. Ready-made: :class:`JSONMessage`
+  (a dict; typed fields with :class:`JSONField`), :class:`CSVRecord` and
+  :class:`ProtoMessage` (a protobuf message).
+* **UUIDs** (:func:`build_uuid`, :class:`Clock`, :class:`Flags`): RFC 4122
+  v1 UUIDs whose time fields carry the producer's clock, whose clock
+  sequence carries the transaction flags, and whose node is the producer ID.
+* **Framings**, chosen by a journal's ``content-type`` label
+  (:func:`framing_for`): JSON lines (byte for byte what Go writes), fixed
+  protobuf frames (magic word, length, payload; resynchronising past
+  garbage) and CSV (Go ``encoding/csv`` rules).
+* **Mappings** (:class:`ModuloMapping`, :class:`RendezvousMapping`,
+  :class:`RandomMapping`): choose a journal of a topic's partitions.
+* **Publisher**: UUIDs assigned in journal order, committed or uncommitted
+  publishing, and the ACK intents that commit a transaction.
+* **Reading** (:class:`ReadUncommittedIter`, :class:`ReadCommittedIter`) and
+  the **Sequencer**: envelopes with exact byte offsets; duplicates dropped,
+  rolled-back spans dropped, committed spans let out once, replaying what
+  fell out of the ring.
 
-It depends on the broker client and protocol only; the consumer runtime,
-gazctl and Spark jobs use it. It holds no code yet: see the issues.
+Errors are in :mod:`gazette.message.errors` (a frame that does not decode
+names its journal and offset: ``examples/foo@1234: ...``).
 
-Usage (to come)::
+Usage::
 
     from gazette import message
+    from gazette.broker import client, protocol as pb
 
-    publisher = message.Publisher(journal_client, clock)
-    await publisher.publish_committed(mapping, msg)
+    class Sum(message.JSONMessage):
+        key = message.JSONField("Key", "")
+        count = message.JSONField("Count", 0)
+
+    async with client.JournalClient(cfg) as jc, client.AppendService(jc) as appends:
+        parts = client.WatchedList(jc, "app.gazette.dev/message-type=Sum")
+        mapping = message.ModuloMapping(lambda m: m.key.encode(), parts)
+        pub = message.Publisher(appends)
+        await pub.publish_committed(mapping, Sum({"Key": "a", "Count": 1}))
+
+        seq = message.Sequencer({}, [], buffer=1024)
+        request = pb.ReadRequest(journal="examples/sums/part-000", block=True)
+        async with message.ReadCommittedIter(jc, request, lambda spec: Sum(), seq) as it:
+            async for env in it:
+                print(env.journal.name, env.begin, env.message.doc)
 """
 
-__all__: list[str] = []
+from gazette.message import errors
+from gazette.message.errors import DecodeError, FramingError, ReadError
+from gazette.message.fixed_framing import encode_fixed_frame
+from gazette.message.framing import CSVFrameable, Decoder, Framing, JSONFrameable, ProtoFrameable
+from gazette.message.interfaces import (
+    AckIntent,
+    Envelope,
+    MappingFunc,
+    Message,
+    NewMessageFunc,
+    ProducerState,
+)
+from gazette.message.mapping import (
+    ModuloMapping,
+    Partitions,
+    RandomMapping,
+    RendezvousMapping,
+    fnv1a32,
+)
+from gazette.message.messages import CSVRecord, JSONField, JSONMessage, ProtoMessage
+from gazette.message.publisher import Publisher
+from gazette.message.reader import ChunkReader, ReadCommittedIter, ReadUncommittedIter
+from gazette.message.registry import framing_for, register_framing
+from gazette.message.sequencer import QueueOutcome, Sequencer
+from gazette.message.uuids import (
+    ZERO_UUID,
+    Clock,
+    Flags,
+    build_uuid,
+    get_clock,
+    get_flags,
+    get_producer,
+    new_producer_id,
+    parse_uuid,
+)
+
+__all__ = [
+    "ZERO_UUID",
+    "AckIntent",
+    "CSVFrameable",
+    "CSVRecord",
+    "ChunkReader",
+    "Clock",
+    "DecodeError",
+    "Decoder",
+    "Envelope",
+    "Flags",
+    "Framing",
+    "FramingError",
+    "JSONField",
+    "JSONFrameable",
+    "JSONMessage",
+    "MappingFunc",
+    "Message",
+    "ModuloMapping",
+    "NewMessageFunc",
+    "Partitions",
+    "ProducerState",
+    "ProtoFrameable",
+    "ProtoMessage",
+    "Publisher",
+    "QueueOutcome",
+    "RandomMapping",
+    "ReadCommittedIter",
+    "ReadError",
+    "ReadUncommittedIter",
+    "RendezvousMapping",
+    "Sequencer",
+    "build_uuid",
+    "encode_fixed_frame",
+    "errors",
+    "fnv1a32",
+    "framing_for",
+    "get_clock",
+    "get_flags",
+    "get_producer",
+    "new_producer_id",
+    "parse_uuid",
+    "register_framing",
+]
