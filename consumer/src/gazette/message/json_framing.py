@@ -7,21 +7,23 @@ newline is an unexpected EOF, and a line that is not JSON is consumed whole
 
 :func:`encode_json` writes what Go's ``json.Encoder`` writes for the same
 document: compact separators, non-ASCII text as UTF-8, and ``<``, ``>``,
-``&``, U+2028 and U+2029 escaped as ``\\u003c`` and so on. Object keys keep
-their insertion order (a Go struct's field order); floats are written as
-Python's shortest round-trip repr, which Go reads back to the same value
-though it would print some differently (``1.0`` where Go writes ``1``).
+``&``, U+2028 and U+2029 escaped as ``\\u003c`` and so on. Floats are written as Go writes a ``float64``
+(``1`` not ``1.0``, ``1e-7`` not ``1e-07``, no exponent from 1e-6 up to
+1e21). Object keys keep their insertion order: a Go struct's field order
+(Go sorts the keys of a map).
 """
 
 from __future__ import annotations
 
+import decimal
 import json
+import re
 from typing import Any
 
 from gazette.broker import protocol as pb
 from gazette.message import errors, framing
 
-__all__ = ["JSONFraming", "decode_json", "encode_json"]
+__all__ = ["JSONFraming", "decode_json", "encode_json", "go_float"]
 
 
 def _no_constants(name: str) -> Any:
@@ -48,12 +50,40 @@ def _go_text(s: str) -> str:
     return s
 
 
+# A float can only follow one of these in a JSON object; finding none (the usual
+# case) proves there is no float to reformat, without tokenizing the document.
+_FLOATISH = re.compile(r"[:,\[]-?\d+[.e]")
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:e[-+]\d+)?')
+
+
+def go_float(text: str) -> str:
+    """Python's repr of a float, rewritten as Go's encoding/json writes that float64."""
+    f = float(text)
+    a = abs(f)
+    if a != 0 and (a < 1e-6 or a >= 1e21):
+        # Exponent form; Go shortens a two-digit negative exponent (e-07 -> e-7).
+        if "e-0" in text:
+            text = text.replace("e-0", "e-")
+        return text
+    out = format(decimal.Decimal(text), "f")
+    return out[:-2] if out.endswith(".0") else out
+
+
+def _go_number(m: re.Match[str]) -> str:
+    tok = m.group(0)
+    if tok[0] == '"' or ("." not in tok and "e" not in tok):
+        return tok
+    return go_float(tok)
+
+
 def encode_json(doc: Any) -> bytes:
     """``doc`` as Go's ``json.Encoder`` would write it, without the trailing newline."""
     try:
         text = _go_text(_ENCODE(doc))
     except (TypeError, ValueError) as e:
         raise errors.FramingError(f"json: {e}") from e
+    if _FLOATISH.search(text) is not None:
+        text = _TOKENS.sub(_go_number, text)
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
