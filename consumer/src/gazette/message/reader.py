@@ -92,7 +92,9 @@ class ReadUncommittedIter:
         self._base = request.offset  # Journal offset of _buf[0].
         self._final = False
         self._closed = False
-        self._msg: interfaces.Message | None = None  # A message made for a frame that needed more bytes.
+        self._msg: interfaces.Message | None = (
+            None  # A message made for a frame that needed more bytes.
+        )
 
     @property
     def offset(self) -> int:
