@@ -230,12 +230,42 @@ async def test_checked_write_gives_up_after_repeated_races() -> None:
         await apply(journal(), store)
 
 
+def put_sources(store: testing.MemorySpecStore, content_type: str = "application/x-ndjson") -> None:
+    """The journals SHARD_SPEC reads, as the brokers' keyspace holds them."""
+    for source in SHARD_SPEC["sources"]:
+        spec = pb.JournalSpec(name=source["journal"], replication=1)
+        spec.labels.CopyFrom(pb.label_set([("content-type", content_type)]))
+        store.put(keyspace.item_key("/g/cluster", source["journal"]), spec.SerializeToString())
+
+
 async def test_shard_goes_under_its_consumer_prefix() -> None:
     store = testing.MemorySpecStore()
+    put_sources(store)
     outcome, _ = await apply(shard(), store, kind=reconcile.SHARDS)
     assert outcome.reason is reconcile.Reason.APPLIED
     held = pc.ShardSpec.FromString(store.values[SHARD_KEY])
     assert held == mapping.shard_spec(SHARD_SPEC)
+
+
+async def test_shard_of_a_missing_journal_is_refused_until_it_exists() -> None:
+    store = testing.MemorySpecStore()
+    with pytest.raises(
+        kopf.TemporaryError,
+        match=r"spec.sources\[0\].journal: journal 'examples/words/part-000' does not exist",
+    ):
+        await apply(shard(), store, kind=reconcile.SHARDS)
+    assert SHARD_KEY not in store.values
+    put_sources(store)
+    outcome, _ = await apply(shard(), store, kind=reconcile.SHARDS)
+    assert outcome.reason is reconcile.Reason.APPLIED
+
+
+async def test_shard_of_a_journal_without_a_message_framing_is_refused() -> None:
+    store = testing.MemorySpecStore()
+    put_sources(store, "application/octet-stream")
+    with pytest.raises(kopf.TemporaryError, match="content-type 'application/octet-stream'"):
+        await apply(shard(), store, kind=reconcile.SHARDS)
+    assert SHARD_KEY not in store.values
 
 
 async def test_shard_without_consumer_label_is_invalid() -> None:

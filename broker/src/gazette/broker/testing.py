@@ -72,7 +72,11 @@ free_ports = ks_testing.free_ports
 
 @dataclasses.dataclass
 class BrokerProcess:
-    """One broker process of a :class:`BrokerCluster` (its ports survive restarts)."""
+    """One broker process of a :class:`BrokerCluster` (its ports survive restarts).
+
+    ``module`` is what ``python -m`` runs: consumer processes
+    (``gazette.consumer.testing``) are run, watched and killed alike.
+    """
 
     zone: str
     suffix: str
@@ -88,6 +92,7 @@ class BrokerProcess:
     #: :meth:`start`: a watcher on another thread, between that reset and the
     #: new ``proc``, took the killed process for one that exited on its own.
     signalled_pid: int | None = None
+    module: str = "gazette.broker"
 
     @property
     def endpoint(self) -> str:
@@ -133,7 +138,7 @@ class BrokerProcess:
                     *ks_testing.die_with_parent_argv("KILL"),
                     sys.executable,
                     "-m",
-                    "gazette.broker",
+                    self.module,
                     *self.args,
                 ],
                 stdin=subprocess.DEVNULL,

@@ -31,12 +31,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from google.protobuf import message as pbmessage
 
-from gazette import keyspace
+from gazette import keyspace, message
 from gazette.broker import protocol as pb
 from gazette.consumer import protocol as pc
 from gazette.operator import crd, errors, mapping
@@ -158,6 +158,8 @@ class SpecKind:
     root: Callable[[Mapping[str, str], ReconcileConfig], str]
     carry: Callable[[Any, Any], None]
     """Copies into the desired spec (2nd) what etcd's current spec (1st) owns."""
+    references: Callable[[Any, ReconcileConfig, SpecStore], Awaitable[str | None]] | None = None
+    """What the spec names that must exist first; the problem if something doesn't."""
 
 
 def _journal_root(labels: Mapping[str, str], config: ReconcileConfig) -> str:
@@ -202,6 +204,37 @@ def _decode_shard(value: bytes) -> pc.ShardSpec:
     return mapping.normalize_shard(pc.ShardSpec.FromString(value))
 
 
+async def _shard_references(
+    spec: pc.ShardSpec, config: ReconcileConfig, store: SpecStore
+) -> str | None:
+    """A shard's source journals must exist and hold messages a consumer can decode.
+
+    Gazette's ``gazctl shards apply`` checks the same (``VerifyReferencedJournals``):
+    a shard reading a journal that isn't there would fail on every assignment.
+    """
+    for i, source in enumerate(spec.sources):
+        field = f"spec.sources[{i}].journal"
+        stored = await store.get(config.broker_root, source.journal)
+        if stored is None:
+            return (
+                f"{field}: journal {source.journal!r} does not exist"
+                f" (no {keyspace.item_key(config.broker_root, source.journal)} in etcd)"
+            )
+        try:
+            journal = pb.JournalSpec.FromString(stored.value)
+        except pbmessage.DecodeError:
+            return f"{field}: journal {source.journal!r} has an undecodable spec in etcd"
+        content_type = pb.value_of(journal.labels, pb.LABEL_CONTENT_TYPE)
+        try:
+            message.framing_for(content_type)
+        except message.errors.UnknownContentType:
+            return (
+                f"{field}: journal {source.journal!r} has content-type {content_type!r},"
+                " which no message framing reads"
+            )
+    return None
+
+
 JOURNALS = SpecKind(
     crd=crd.JOURNAL,
     build=mapping.journal_spec,
@@ -219,6 +252,7 @@ SHARDS = SpecKind(
     item=lambda spec: spec.id,
     root=_shard_root,
     carry=_carry_nothing,
+    references=_shard_references,
 )
 
 
@@ -309,6 +343,11 @@ async def reconcile(
             key=key,
         )
     try:
+        if kind.references is not None:
+            problem = await kind.references(desired, config, store)
+            if problem is not None:
+                # Retried: the journal may be applied just after the shard.
+                return Outcome(Reason.INVALID_SPEC, problem, key=key, retry=True)
         return await _write(store, root, name, key, kind, desired)
     except errors.SpecStoreError as e:
         return Outcome(Reason.ETCD_ERROR, str(e), key=key, retry=True)

@@ -36,7 +36,7 @@ import collections
 import dataclasses
 import logging
 import tempfile
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from types import TracebackType
 from typing import Any
 
@@ -62,12 +62,30 @@ class AsyncOperation:
     def __init__(self) -> None:
         self._event = asyncio.Event()
         self._error: BaseException | None = None
+        self._callbacks: list[Callable[[], None]] | None = None
 
     def resolve(self, error: BaseException | None = None) -> None:
         if self._event.is_set():
             raise RuntimeError("AsyncOperation resolved twice")
         self._error = error
         self._event.set()
+        callbacks, self._callbacks = self._callbacks, None
+        for callback in callbacks or ():
+            callback()
+
+    def add_done_callback(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once the operation resolves (at once if it has).
+
+        For waiters that multiplex many sources on one wake-up (the consumer's
+        transaction loop) instead of a task per operation. Callbacks run inside
+        :meth:`resolve` and must not raise.
+        """
+        if self._event.is_set():
+            callback()
+        elif self._callbacks is None:
+            self._callbacks = [callback]
+        else:
+            self._callbacks.append(callback)
 
     def done(self) -> bool:
         return self._event.is_set()

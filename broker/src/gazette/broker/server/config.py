@@ -135,7 +135,7 @@ class Config:
     log: LogConfig = LogConfig()
 
 
-def _duration_s(text: str) -> float:
+def duration_s(text: str) -> float:
     """Parse a Go-style duration (``20s``, ``30ms``, ``1m30s``) or bare seconds."""
     text = text.strip()
     try:
@@ -164,7 +164,7 @@ def _duration_s(text: str) -> float:
     return total
 
 
-def _bool(text: str) -> bool:
+def parse_bool(text: str) -> bool:
     if text.lower() in ("1", "t", "true", "yes", "on"):
         return True
     if text.lower() in ("0", "f", "false", "no", "off", ""):
@@ -172,15 +172,17 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"invalid boolean {text!r}")
 
 
-def _port(text: str) -> int:
+def parse_port(text: str) -> int:
     value = int(text)
     if not -1 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"invalid port {text!r}")
     return value
 
 
-# (flag, env, dest, type, default, help)
-_FLAGS: tuple[tuple[str, str, str, Callable[[str], Any], object, str], ...] = (
+Flag = tuple[str, str, str, Callable[[str], Any], object, str]
+"""(flag, environment variable, dest ``section.name``, type, default, help)."""
+
+_FLAGS: tuple[Flag, ...] = (
     (
         "--broker.zone",
         "BROKER_ZONE",
@@ -205,12 +207,12 @@ _FLAGS: tuple[tuple[str, str, str, Callable[[str], Any], object, str], ...] = (
         "",
         "Host advertised in this broker's endpoint (default: the OS hostname)",
     ),
-    ("--broker.port", "BROKER_PORT", "broker.port", _port, 0, "gRPC port (0: any free port)"),
+    ("--broker.port", "BROKER_PORT", "broker.port", parse_port, 0, "gRPC port (0: any free port)"),
     (
         "--broker.http-port",
         "BROKER_HTTP_PORT",
         "broker.http_port",
-        _port,
+        parse_port,
         0,
         "Port of the journal HTTP gateway, /debug/ready and /debug/metrics "
         "(0: any free port, -1: off). A PUT to a missing journal answers 500, as "
@@ -236,7 +238,7 @@ _FLAGS: tuple[tuple[str, str, str, Callable[[str], Any], object, str], ...] = (
         "--broker.file-only",
         "BROKER_FILE_ONLY",
         "broker.file_only",
-        _bool,
+        parse_bool,
         False,
         "Serve every store URL from --broker.file-root",
     ),
@@ -285,7 +287,7 @@ _FLAGS: tuple[tuple[str, str, str, Callable[[str], Any], object, str], ...] = (
         "--broker.watch-delay",
         "BROKER_WATCH_DELAY",
         "broker.watch_delay_s",
-        _duration_s,
+        duration_s,
         0.030,
         "Delay that batches etcd watch events (Go duration)",
     ),
@@ -293,7 +295,7 @@ _FLAGS: tuple[tuple[str, str, str, Callable[[str], Any], object, str], ...] = (
         "--broker.auto-suspend",
         "BROKER_AUTO_SUSPEND",
         "broker.auto_suspend",
-        _bool,
+        parse_bool,
         False,
         "Suspend journals idle for 15 pulses",
     ),
@@ -301,7 +303,7 @@ _FLAGS: tuple[tuple[str, str, str, Callable[[str], Any], object, str], ...] = (
         "--broker.http-body-timeout",
         "BROKER_HTTP_BODY_TIMEOUT",
         "broker.http_body_timeout_s",
-        _duration_s,
+        duration_s,
         30.0,
         "How long an HTTP request body may send nothing before it is answered 408 (Go duration)",
     ),
@@ -309,7 +311,7 @@ _FLAGS: tuple[tuple[str, str, str, Callable[[str], Any], object, str], ...] = (
         "--broker.drain-timeout",
         "BROKER_DRAIN_TIMEOUT",
         "broker.drain_timeout_s",
-        _duration_s,
+        duration_s,
         60.0,
         "On SIGTERM, how long to wait for the journals to move to other brokers "
         "before stopping anyway; every spool is persisted either way (Go duration)",
@@ -334,7 +336,7 @@ _FLAGS: tuple[tuple[str, str, str, Callable[[str], Any], object, str], ...] = (
         "--etcd.lease",
         "ETCD_LEASE_TTL",
         "etcd.lease_s",
-        _duration_s,
+        duration_s,
         20.0,
         "TTL of this broker's etcd lease (Go duration)",
     ),
@@ -357,7 +359,7 @@ def _show(value: object, typ: Callable[[str], Any]) -> str:
     """A default as one would type it on the command line."""
     if isinstance(value, bool):
         return str(value).lower()
-    if typ is _duration_s and isinstance(value, float):
+    if typ is duration_s and isinstance(value, float):
         return f"{value * 1000:g}ms" if value < 1 else f"{value:g}s"
     return str(value)
 
@@ -376,24 +378,29 @@ def _help(
     return f"{text} [${var}] (default: {_show(default, typ)})"
 
 
-def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+def flag_parser(
+    prog: str,
+    description: str,
+    flags: Sequence[Flag],
+    env: Mapping[str, str] | None = None,
+    aliases: Mapping[str, str] | None = None,
+) -> argparse.ArgumentParser:
+    """An argparse parser of ``flags``, grouped by section, each with its variable.
+
+    The broker's and the consumer's flags are built alike: a variable in
+    ``env`` sets the default, a flag wins over it, and ``--help`` says the
+    variable and the default once.
+    """
     env = os.environ if env is None else env
-    parser = argparse.ArgumentParser(
-        prog="python -m gazette.broker",
-        description=(
-            "Serve a Gazette broker: the protocol.Journal gRPC service on --broker.port, "
-            "announced in etcd under --etcd.prefix, with /debug/ready and /debug/metrics "
-            "on --broker.http-port. Every flag may also be given by the environment "
-            "variable shown."
-        ),
-    )
+    aliases = aliases or {}
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     groups: dict[str, argparse._ArgumentGroup] = {}
-    for flag, var, dest, typ, default, text in _FLAGS:
+    for flag, var, dest, typ, default, text in flags:
         section = dest.split(".")[0]
         group = groups.setdefault(section, parser.add_argument_group(section))
         names = [flag]
-        if flag == "--broker.http-port":
-            names.append("--debug.port")
+        if flag in aliases:
+            names.append(aliases[flag])
         value = default
         if var in env:
             value = typ(env[var])
@@ -406,6 +413,19 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
             help=_help(text, var, default, typ, env),
         )
     return parser
+
+
+def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    return flag_parser(
+        "python -m gazette.broker",
+        "Serve a Gazette broker: the protocol.Journal gRPC service on --broker.port, "
+        "announced in etcd under --etcd.prefix, with /debug/ready and /debug/metrics "
+        "on --broker.http-port. Every flag may also be given by the environment "
+        "variable shown.",
+        _FLAGS,
+        env,
+        aliases={"--broker.http-port": "--debug.port"},
+    )
 
 
 def parse(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> Config:

@@ -87,7 +87,7 @@ def setup_logging(cfg: config.LogConfig) -> None:
     root.setLevel(_LEVELS.get(cfg.level.lower(), logging.WARNING))
 
 
-def _bind_host(host: str) -> str:
+def bind_host(host: str) -> str:
     """Listen on the advertised host when it is an IP address, else everywhere."""
     try:
         ipaddress.ip_address(host)
@@ -157,7 +157,7 @@ async def serve(
         dial.ListenConfig(max_receive_message_size=api.core_receive_limit(bcfg.max_grpc_recv_size))
     )
     host = bcfg.host or socket.gethostname()
-    port = dial.listen(server, _bind_host(host), bcfg.port)
+    port = dial.listen(server, bind_host(host), bcfg.port)
     if port == 0:
         raise SystemExit(f"failed to listen on port {bcfg.port}")
     endpoint = f"http://{host}:{port}"
@@ -243,7 +243,7 @@ async def serve(
             http_port = -1
             if bcfg.http_port != -1:
                 http_port = await debug.start(
-                    _bind_host(host).strip("[]") or "0.0.0.0", bcfg.http_port
+                    bind_host(host).strip("[]") or "0.0.0.0", bcfg.http_port
                 )
                 log.info("serving the HTTP gateway and diagnostics on port %d", http_port)
             ready = True
