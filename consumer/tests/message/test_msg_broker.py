@@ -101,7 +101,7 @@ async def test_publish_and_read_through_a_broker(jc: client.JournalClient) -> No
     assert env.journal.name == "msg/a;some/meta"
     assert pb.value_of(env.journal.labels, pb.LABEL_CONTENT_TYPE) == pb.CONTENT_TYPE_JSON_LINES
 
-    with pytest.raises(message.ReadError, match="fetching journal spec: .*does not exist"):
+    with pytest.raises(message.ReadError, match=r"fetching journal spec: .*does not exist"):
         await message.ReadUncommittedIter(jc, pb.ReadRequest(journal="msg/none"), new_msg).next()
 
 
