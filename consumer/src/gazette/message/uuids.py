@@ -118,13 +118,39 @@ def new_producer_id() -> bytes:
     return bytes(b)
 
 
+_new = object.__new__
+_set = object.__setattr__
+_UNKNOWN = uuid.SafeUUID.unknown
+
+
+def uuid_of_int(i: int) -> uuid.UUID:
+    """``uuid.UUID(int=i)`` for a valid 128-bit ``i``, without re-checking it.
+
+    Every message read parses one UUID and every publish builds one: this
+    fills the UUID's two slots directly, which takes half the time of its
+    validating constructor.
+    """
+    u = _new(uuid.UUID)
+    _set(u, "int", i)
+    _set(u, "is_safe", _UNKNOWN)
+    return u
+
+
+if uuid_of_int(1 << 100) != uuid.UUID(int=1 << 100) or repr(uuid_of_int(5)) != repr(
+    uuid.UUID(int=5)
+):  # pragma: no cover - a future uuid.UUID with other slots.
+
+    def uuid_of_int(i: int) -> uuid.UUID:
+        return uuid.UUID(int=i)
+
+
 def build_uuid(producer: bytes, clock: int, flags: int) -> uuid.UUID:
     """The version 1 UUID of ``producer`` (6 bytes) at ``clock`` with ``flags`` (10 bits)."""
     if not 0 <= flags <= 0x3FF:
         raise ValueError(f"only 10 low bits may be used for flags ({flags:#x})")
     if len(producer) != 6:
         raise ValueError(f"producer ID must be 6 bytes (got {len(producer)})")
-    return uuid.UUID(int=_build_int(int.from_bytes(producer, "big"), clock, flags))
+    return uuid_of_int(_build_int(int.from_bytes(producer, "big"), clock & _MASK64, flags))
 
 
 def _build_int(producer: int, clock: int, flags: int) -> int:
@@ -185,9 +211,9 @@ def parse_uuid(text: str) -> uuid.UUID:
     elif n == 32:
         if _HEX32.match(text) is None:
             raise errors.InvalidUUID("invalid UUID format")
-        return uuid.UUID(hex=text)
+        return uuid_of_int(int(text, 16))
     else:
         raise errors.InvalidUUID(f"invalid UUID length: {n}")
     if _HEX36.match(body) is None:
         raise errors.InvalidUUID("invalid UUID format")
-    return uuid.UUID(body)
+    return uuid_of_int(int(body.replace("-", ""), 16))
