@@ -39,8 +39,10 @@ Usage::
         count = message.JSONField("Count", 0)
 
     async with client.JournalClient(cfg) as jc, client.AppendService(jc) as appends:
-        parts = client.WatchedList(jc, "app.gazette.dev/message-type=Sum")
-        mapping = message.ModuloMapping(lambda m: m.key.encode(), parts)
+        # The topic's partitions (a client.WatchedList, whose updates() a task
+        # iterates, keeps them current; mappings take one as it is).
+        parts = await client.list_journals(jc, "app.gazette.dev/message-type=Sum")
+        mapping = message.ModuloMapping(lambda m: m.key.encode(), lambda: parts)
         pub = message.Publisher(appends)
         await pub.publish_committed(mapping, Sum({"Key": "a", "Count": 1}))
 
