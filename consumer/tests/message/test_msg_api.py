@@ -35,7 +35,7 @@ def test_the_runtime_contract() -> None:
         "jc",
         "request",
         "new_message",
-        "seq",
+        "sequencer",
     ]
     assert [f.name for f in dataclasses.fields(message.Envelope)] == [
         "journal",

@@ -36,7 +36,8 @@ from typing import Protocol
 
 from gazette.broker import client
 from gazette.broker import protocol as pb
-from gazette.message import errors, framing, interfaces, registry, sequencer
+from gazette.message import errors, framing, interfaces, registry
+from gazette.message import sequencer as sequencing
 
 __all__ = ["ChunkReader", "ReadCommittedIter", "ReadUncommittedIter"]
 
@@ -264,7 +265,7 @@ class ReadCommittedIter:
         jc: client.JournalClient | None,
         request: pb.ReadRequest,
         new_message: interfaces.NewMessageFunc,
-        seq: sequencer.Sequencer,
+        sequencer: sequencing.Sequencer,
         *,
         spec: pb.JournalSpec | None = None,
         open_reader: Callable[[pb.ReadRequest], ChunkReader] | None = None,
@@ -272,7 +273,7 @@ class ReadCommittedIter:
         self._jc = jc
         self._new_message = new_message
         self._open_reader = open_reader
-        self.sequencer = seq
+        self.sequencer = sequencer
         self.uncommitted = ReadUncommittedIter(
             jc, request, new_message, spec=spec, reader=self._open(request)
         )
@@ -308,7 +309,7 @@ class ReadCommittedIter:
                 assert seq.dequeued is not None
                 return seq.dequeued
             env = await self.uncommitted.__anext__()
-            if seq.queue_uncommitted(env) is sequencer.QueueOutcome.ACK_COMMIT_REPLAY:
+            if seq.queue_uncommitted(env) is sequencing.QueueOutcome.ACK_COMMIT_REPLAY:
                 journal, begin, end = seq.replay_range()
                 req = pb.ReadRequest()
                 req.CopyFrom(self.uncommitted.request)
