@@ -190,6 +190,7 @@ async def test_close_and_context_manager() -> None:
         assert (await it.next()).message.s == "a"
         assert it.offset == 12
     assert reader.closed
+    assert it.offset == 12
     with pytest.raises(StopAsyncIteration):
         await it.next()
 

@@ -93,9 +93,8 @@ class ReadUncommittedIter:
         self._base = request.offset  # Journal offset of _buf[0].
         self._final = False
         self._closed = False
-        self._msg: interfaces.Message | None = (
-            None  # A message made for a frame that needed more bytes.
-        )
+        # A message made for a frame that needed more bytes.
+        self._msg: interfaces.Message | None = None
 
     @property
     def offset(self) -> int:
@@ -119,6 +118,7 @@ class ReadUncommittedIter:
     async def aclose(self) -> None:
         """Stop reading (iteration then ends)."""
         self._final = self._closed = True
+        self._base += self._pos
         self._buf, self._pos = b"", 0
         reader, self._reader = self._reader, None
         if reader is not None:
