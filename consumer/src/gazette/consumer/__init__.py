@@ -1,1 +1,14 @@
-"""Placeholder."""
+"""Gazette consumers: stateful applications over journals, exactly once.
+
+Subpackages:
+
+* :mod:`gazette.consumer.protocol` — the ``consumer.Shard`` protocol (ShardSpec,
+  ConsumerSpec, ReplicaStatus, Checkpoint) with its validation (``pc``);
+* :mod:`gazette.consumer.recoverylog` — recovery-log messages (FSMHints);
+* :mod:`gazette.consumer.runtime` — the shard runtime, transactions and stores;
+* :mod:`gazette.consumer.testing` — test seams (a real PostgreSQL server).
+
+``python -m gazette.consumer --consumer.app pkg.module:App`` runs an
+application (see :mod:`gazette.consumer.runtime`). Messages, their framing,
+UUIDs, publisher and sequencer are in :mod:`gazette.message`.
+"""

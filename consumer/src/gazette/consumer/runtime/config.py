@@ -1,0 +1,294 @@
+"""Consumer process configuration: the flags and environment variables of Gazette's ``runconsumer``.
+
+Names follow Gazette (``mainboilerplate/runconsumer/run_consumer.go``):
+``--consumer.zone``, ``--consumer.limit``, ``--broker.address``,
+``--etcd.address``, ``--etcd.prefix`` ... each with its environment variable;
+a flag wins over the variable, which wins over the default. Ours adds
+``--consumer.app``, the import path of the application (Gazette links it into
+the binary), and ``--consumer.http-port`` for ``/debug/ready`` and
+``/debug/metrics`` (grpcio cannot share the gRPC port with HTTP/1).
+
+Arguments after ``--`` go to the application's ``from_args`` (see
+:func:`load_application`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gazette.broker.server import config as broker_config
+from gazette.consumer import protocol as pc
+from gazette.consumer.runtime import errors
+
+__all__ = [
+    "BrokerClientConfig",
+    "Config",
+    "ConsumerConfig",
+    "load_application",
+    "parse",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsumerConfig:
+    app: str = ""
+    zone: str = "local"
+    id: str = ""  # Empty: a random petname.
+    host: str = ""  # Empty: the OS hostname.
+    port: int = 0  # gRPC port; 0: a free port.
+    http_port: int = 0  # /debug/ready, /debug/metrics; 0: a free port; -1: off.
+    limit: int = 32
+    max_hot_standbys: int = 3
+    watch_delay_s: float = 0.030
+    drain_timeout_s: float = 60.0
+
+    @property
+    def endpoint(self) -> str:
+        return broker_config.endpoint_of(self.host or "localhost", self.port)
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerClientConfig:
+    address: str = "http://localhost:8080"
+    cache_size: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    consumer: ConsumerConfig = ConsumerConfig()
+    broker: BrokerClientConfig = BrokerClientConfig()
+    etcd: broker_config.EtcdConfig = dataclasses.field(
+        default_factory=lambda: broker_config.EtcdConfig(prefix="")
+    )
+    log: broker_config.LogConfig = dataclasses.field(default_factory=broker_config.LogConfig)
+    #: Arguments after ``--``, for the application.
+    app_args: tuple[str, ...] = ()
+
+
+_D = broker_config.duration_s
+_FLAGS: tuple[broker_config.Flag, ...] = (
+    (
+        "--consumer.app",
+        "CONSUMER_APP",
+        "consumer.app",
+        str,
+        "",
+        "Import path of the application, `package.module:Name` (required); a class is"
+        " instantiated (with `from_args(args after --)` if it defines it)",
+    ),
+    ("--consumer.zone", "CONSUMER_ZONE", "consumer.zone", str, "local", "Zone of this process"),
+    (
+        "--consumer.id",
+        "CONSUMER_ID",
+        "consumer.id",
+        str,
+        "",
+        "Unique suffix of this process within its zone (default: a random petname)",
+    ),
+    (
+        "--consumer.host",
+        "CONSUMER_HOST",
+        "consumer.host",
+        str,
+        "",
+        "Host advertised in this process's endpoint (default: the OS hostname)",
+    ),
+    (
+        "--consumer.port",
+        "CONSUMER_PORT",
+        "consumer.port",
+        broker_config.parse_port,
+        0,
+        "gRPC port (0: any free port)",
+    ),
+    (
+        "--consumer.http-port",
+        "CONSUMER_HTTP_PORT",
+        "consumer.http_port",
+        broker_config.parse_port,
+        0,
+        "Port of /debug/ready and /debug/metrics (0: any free port, -1: off)",
+    ),
+    (
+        "--consumer.limit",
+        "CONSUMER_LIMIT",
+        "consumer.limit",
+        int,
+        32,
+        "Maximum number of shards this process is assigned",
+    ),
+    (
+        "--consumer.max-hot-standbys",
+        "CONSUMER_MAX_HOT_STANDBYS",
+        "consumer.max_hot_standbys",
+        int,
+        3,
+        "Cap on the hot standbys of every shard",
+    ),
+    (
+        "--consumer.watch-delay",
+        "CONSUMER_WATCH_DELAY",
+        "consumer.watch_delay_s",
+        _D,
+        0.030,
+        "Delay that batches etcd watch events (Go duration)",
+    ),
+    (
+        "--consumer.drain-timeout",
+        "CONSUMER_DRAIN_TIMEOUT",
+        "consumer.drain_timeout_s",
+        _D,
+        60.0,
+        "On SIGTERM, how long to wait for shards to move to other processes (Go duration)",
+    ),
+    (
+        "--broker.address",
+        "BROKER_ADDRESS",
+        "broker.address",
+        str,
+        "http://localhost:8080",
+        "Broker endpoint (any broker: it routes and proxies)",
+    ),
+    (
+        "--broker.cache.size",
+        "BROKER_CACHE_SIZE",
+        "broker.cache_size",
+        int,
+        0,
+        "Journal routes to cache, to dial route members directly (0: off)",
+    ),
+    (
+        "--etcd.address",
+        "ETCD_ADDRESS",
+        "etcd.address",
+        str,
+        "http://localhost:2379",
+        "etcd endpoint",
+    ),
+    (
+        "--etcd.prefix",
+        "ETCD_PREFIX",
+        "etcd.prefix",
+        str,
+        "",
+        "Root of the application's keyspace in etcd"
+        " (default: /gazette/consumers/<application class name>)",
+    ),
+    (
+        "--etcd.lease",
+        "ETCD_LEASE_TTL",
+        "etcd.lease_s",
+        _D,
+        20.0,
+        "TTL of this process's etcd lease (Go duration)",
+    ),
+    (
+        "--log.level",
+        "LOG_LEVEL",
+        "log.level",
+        str,
+        "warn",
+        "trace, debug, info, warn, error or fatal",
+    ),
+    ("--log.format", "LOG_FORMAT", "log.format", str, "text", "text or json"),
+)
+
+
+def parse(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Parse flags (then ``env``, then defaults) into a :class:`Config`; exits on bad input."""
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    app_args: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, app_args = argv[:i], argv[i + 1 :]
+    parser = broker_config.flag_parser(
+        "python -m gazette.consumer",
+        "Run a Gazette consumer application: its shards (etcd --etcd.prefix/items/) are"
+        " assigned over the processes running it, each served as primary or hot standby"
+        " with exactly-once transactions. Every flag may also be given by the environment"
+        " variable shown. Arguments after `--` go to the application.",
+        _FLAGS,
+        env,
+        aliases={"--consumer.http-port": "--debug.port"},
+    )
+    ns = vars(parser.parse_args(argv))
+    sections: dict[str, dict[str, Any]] = {"consumer": {}, "broker": {}, "etcd": {}, "log": {}}
+    for dest, value in ns.items():
+        section, name = dest.split(".", 1)
+        sections[section][name] = value
+    cons = ConsumerConfig(**sections["consumer"])
+    if not cons.app:
+        parser.error("--consumer.app is required (e.g. examples.stream_sum:Summer)")
+    if not cons.id:
+        cons = dataclasses.replace(cons, id=broker_config.petname())
+    etcd = broker_config.EtcdConfig(**sections["etcd"])
+    if not etcd.prefix:
+        etcd = dataclasses.replace(etcd, prefix=f"/gazette/consumers/{_app_name(cons.app)}")
+    if etcd.prefix.endswith("/") or not etcd.prefix.startswith("/"):
+        parser.error(
+            f"--etcd.prefix must be an absolute path without trailing '/': {etcd.prefix!r}"
+        )
+    _check_consumer_spec(parser.error, cons)
+    return Config(
+        consumer=cons,
+        broker=BrokerClientConfig(**sections["broker"]),
+        etcd=etcd,
+        log=broker_config.LogConfig(**sections["log"]),
+        app_args=tuple(app_args),
+    )
+
+
+def _app_name(path: str) -> str:
+    return path.rpartition(":")[2] or path.rpartition(".")[2]
+
+
+def _check_consumer_spec(fail: Any, cons: ConsumerConfig) -> None:
+    spec = pc.ConsumerSpec(shard_limit=max(0, cons.limit))
+    spec.process_spec.id.zone = cons.zone
+    spec.process_spec.id.suffix = cons.id
+    spec.process_spec.endpoint = broker_config.endpoint_of(cons.host or "localhost", 1)
+    try:
+        pc.validate(spec)
+    except Exception as e:  # noqa: BLE001 - reported as a usage error naming the flags.
+        fail(f"--consumer.zone/--consumer.id/--consumer.host: {e}")
+    if cons.limit < 0:
+        fail(f"--consumer.limit must be >= 0 (got {cons.limit})")
+
+
+def load_application(path: str, args: Sequence[str] = ()) -> Any:
+    """The application at ``path`` (``package.module:Name``).
+
+    A class is instantiated: ``Name.from_args(args)`` if it defines it, else
+    ``Name()``. Any other object is used as it is.
+    """
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise errors.ConfigError(f"--consumer.app {path!r}: expected `package.module:Name`")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise errors.ConfigError(
+            f"--consumer.app {path!r}: cannot import {module_name}: {e}"
+        ) from e
+    obj = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise errors.ConfigError(
+                f"--consumer.app {path!r}: {module_name} has no attribute {attr!r}"
+            ) from None
+    if isinstance(obj, type):
+        factory = getattr(obj, "from_args", None)
+        app = factory(list(args)) if factory is not None else obj()
+    else:
+        app = obj
+    for required in ("new_store", "new_message", "consume_message", "finalize_txn"):
+        if not callable(getattr(app, required, None)):
+            raise errors.ConfigError(f"--consumer.app {path!r}: the application lacks {required}()")
+    return app

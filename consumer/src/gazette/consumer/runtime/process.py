@@ -1,0 +1,242 @@
+"""A consumer process: announce in etcd, serve assigned shards, drain on SIGTERM.
+
+``python -m gazette.consumer --consumer.app pkg.module:App`` runs :func:`run`.
+The process joins the allocator under ``--etcd.prefix`` as a member
+(``members/<zone>#<id>``, a ConsumerSpec under its lease); shards
+(``items/<id>``, ShardSpecs written by the operator or ``gazctl``) are
+assigned over the members, each to a primary and its hot standbys, and
+:class:`~gazette.consumer.runtime.service.Service` serves the local ones.
+
+On SIGTERM (or SIGINT) the member is marked exiting, the allocator moves its
+shards to other processes (bounded by ``--consumer.drain-timeout``), then the
+shards stop and the lease is revoked. ``/debug/ready`` answers 200 once the
+process serves, 503 before and while draining; ``/debug/metrics`` has the
+Prometheus metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import signal
+import socket
+from typing import Any
+
+import prometheus_client as prom
+from aiohttp import web
+
+from gazette import allocator, keyspace
+from gazette.broker import client
+from gazette.broker.protocol import dial
+from gazette.broker.server import process as broker_process
+from gazette.consumer import protocol as pc
+from gazette.consumer.runtime import config, errors, interfaces
+from gazette.consumer.runtime.service import Service
+from gazette.consumer.runtime.shard import ShardServices
+from gazette.consumer.runtime.shards import ShardDecoder, shard_is_consistent
+
+__all__ = ["Serving", "run", "serve"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Serving:
+    """Where a started consumer process serves."""
+
+    endpoint: str
+    http_port: int  # -1 when off.
+    member_key: str
+
+
+def consumer_spec(cfg: config.ConsumerConfig, endpoint: str, *, exiting: bool = False) -> bytes:
+    spec = pc.ConsumerSpec(shard_limit=cfg.limit, exiting=exiting)
+    spec.process_spec.id.zone = cfg.zone
+    spec.process_spec.id.suffix = cfg.id
+    spec.process_spec.endpoint = endpoint
+    pc.validate(spec)
+    return spec.SerializeToString()
+
+
+async def serve(
+    cfg: config.Config,
+    app: interfaces.Application,
+    *,
+    stop: asyncio.Event | None = None,
+    started: asyncio.Future[Serving] | None = None,
+) -> None:
+    """Run the consumer process until ``stop`` (default: SIGTERM/SIGINT), then drain and exit."""
+    loop = asyncio.get_running_loop()
+    if stop is None:
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+    ccfg = cfg.consumer
+    host = ccfg.host or socket.gethostname()
+    # The gRPC port is announced in the ConsumerSpec (Gazette peers and gazctl dial it);
+    # the Shard service itself is not served yet.
+    server = dial.server(dial.ListenConfig())
+    port = dial.listen(server, _bind_host(host), ccfg.port)
+    if port == 0:
+        raise errors.ConfigError(f"failed to listen on --consumer.port {ccfg.port}")
+    endpoint = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    etcd = await keyspace.connect(cfg.etcd.address)
+    root = cfg.etcd.prefix
+    ks = keyspace.KeySpace(
+        root,
+        allocator.key_value_decoder(root, ShardDecoder(ccfg.max_hot_standbys)),
+        keyspace.KeySpaceConfig(watch_delay=ccfg.watch_delay_s),
+    )
+    member_key = allocator.member_key(root, ccfg.zone, ccfg.id)
+    lease_ttl = max(2, round(cfg.etcd.lease_s))
+    session = allocator.Session(
+        etcd,
+        ks,
+        member_key,
+        consumer_spec(ccfg, endpoint),
+        consumer_spec(ccfg, endpoint, exiting=True),
+        config=allocator.SessionConfig(
+            lease_ttl=lease_ttl,
+            announce_retry=min(10.0, max(1.0, lease_ttl / 4)),
+            watch_keyspace=False,
+        ),
+        is_consistent=shard_is_consistent,
+    )
+    ready = False
+    http = _DebugServer(lambda: ready)
+    jc = client.JournalClient(
+        client.ClientConfig(address=cfg.broker.address, cache_size=cfg.broker.cache_size)
+    )
+    try:
+        async with jc, asyncio.TaskGroup() as tg:
+            session_task = tg.create_task(session.run(), name="allocator session")
+            announced = tg.create_task(session.ready.wait(), name="announced")
+            stopped = tg.create_task(stop.wait(), name="stop signal")
+            await asyncio.wait((session_task, announced, stopped), return_when="FIRST_COMPLETED")
+            if not session.ready.is_set():
+                for t in (session_task, announced, stopped):
+                    t.cancel()
+                return
+            observed = session.observed
+            assert observed is not None
+            watch_task = tg.create_task(ks.watch(etcd), name="keyspace watch")
+            svc = Service(ShardServices(app, etcd, ks, jc), observed)
+            shards_stop = asyncio.Event()
+            shards_task = tg.create_task(svc.run(shards_stop), name="shards")
+            await server.start()
+            http_port = -1
+            if ccfg.http_port != -1:
+                http_port = await http.start(
+                    _bind_host(host).strip("[]") or "0.0.0.0", ccfg.http_port
+                )
+            ready = True
+            if started is not None and not started.done():
+                started.set_result(Serving(endpoint, http_port, member_key))
+            log.warning(
+                "consumer %s#%s serving %s (etcd %s, prefix %s, brokers %s)",
+                ccfg.zone,
+                ccfg.id,
+                endpoint,
+                cfg.etcd.address,
+                root,
+                cfg.broker.address,
+            )
+            await asyncio.wait((session_task, stopped), return_when="FIRST_COMPLETED")
+            ready = False
+            if not session_task.done():
+                await _drain(session, session_task, observed, ccfg.drain_timeout_s)
+            stopped.cancel()
+            shards_stop.set()
+            await shards_task
+            watch_task.cancel()
+            if not session_task.done():
+                session_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await session_task
+            log.warning("consumer stopped")
+    finally:
+        await server.stop(None)
+        await http.close()
+        with contextlib.suppress(keyspace.errors.KeySpaceError, OSError):
+            await etcd.close()
+
+
+async def _drain(
+    session: allocator.Session,
+    session_task: asyncio.Task[None],
+    observed: allocator.ObservedState,
+    limit_s: float,
+) -> None:
+    log.warning("signalled to stop: draining shard assignments (for up to %.0fs)", limit_s)
+    session.request_exit()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s
+    while not session_task.done():
+        state = observed.state
+        if state.members and all(kv.decoded.exiting for kv in state.members):
+            log.warning("every consumer is exiting: stopping with shards assigned here")
+            return
+        if loop.time() >= deadline:
+            log.warning(
+                "shards did not drain in %.0fs (%d still assigned here); stopping anyway",
+                limit_s,
+                len(state.local_items),
+            )
+            return
+        await asyncio.wait({session_task}, timeout=0.5)
+
+
+class _DebugServer:
+    """``/debug/ready`` and ``/debug/metrics`` on the HTTP port."""
+
+    def __init__(self, ready: Any) -> None:
+        self._ready = ready
+        self._runner: web.AppRunner | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        app = web.Application()
+        app.router.add_get("/debug/ready", self._on_ready)
+        app.router.add_get("/debug/metrics", self._on_metrics)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        server: Any = site._server
+        return int(server.sockets[0].getsockname()[1])
+
+    async def _on_ready(self, _request: web.Request) -> web.Response:
+        if self._ready():
+            return web.Response(text="ready\n")
+        return web.Response(status=503, text="not ready\n")
+
+    async def _on_metrics(self, _request: web.Request) -> web.Response:
+        return web.Response(body=prom.generate_latest(), content_type="text/plain")
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+def _bind_host(host: str) -> str:
+    return broker_process.bind_host(host)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m gazette.consumer``; returns the exit status."""
+    cfg = config.parse(argv)
+    broker_process.setup_logging(cfg.log)
+    try:
+        app = config.load_application(cfg.consumer.app, cfg.app_args)
+    except errors.ConfigError as e:
+        log.error("%s", e)
+        return 2
+    try:
+        asyncio.run(serve(cfg, app))
+    except KeyboardInterrupt:
+        return 130
+    return 0

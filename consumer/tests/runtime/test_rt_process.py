@@ -1,0 +1,240 @@
+"""A consumer process against a real etcd and broker (in-process): shards assigned, messages
+consumed and published exactly once, transactions committed, drain on stop.
+
+The store here is an in-memory stand-in for a remote database (a fenced
+checkpoint per shard), shared by the processes of a test; PostgreSQL has its
+own tests (test_store_sql.py) and the stream-sum test runs them all together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import pathlib
+import time
+from collections.abc import AsyncIterator, Collection
+from typing import Any
+
+import pytest
+from google.protobuf import duration_pb2
+
+from gazette import keyspace, message
+from gazette.broker import client, testing
+from gazette.broker import protocol as pb
+from gazette.broker.client import AsyncOperation
+from gazette.broker.server import testing as server_testing
+from gazette.consumer import protocol as pc
+from gazette.consumer import runtime
+from gazette.consumer.runtime import config, process
+from gazette.keyspace import testing as ks_testing
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+SOURCES = ["rt/in/part-0", "rt/in/part-1"]
+OUT = "rt/out"
+NDJSON = pb.CONTENT_TYPE_JSON_LINES
+
+
+class Num(message.JSONMessage):
+    pass
+
+
+@dataclasses.dataclass
+class Row:
+    fence: int = 0
+    checkpoint: bytes = b""
+    state: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+class MemoryDB:
+    """A remote database in a dict: a fenced checkpoint and state per shard."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, Row] = {}
+        self.commits = 0
+
+
+class MemoryStore:
+    def __init__(self, db: MemoryDB, fqn: str) -> None:
+        self.db = db
+        self.fqn = fqn
+        self.fence = 0
+        self.pending: dict[str, int] = {}
+
+    async def restore_checkpoint(self, shard: runtime.Shard) -> pc.Checkpoint:
+        row = self.db.rows.setdefault(self.fqn, Row())
+        row.fence += 1
+        self.fence = row.fence
+        return pc.Checkpoint.FromString(row.checkpoint)
+
+    def start_commit(
+        self, shard: runtime.Shard, cp: pc.Checkpoint, wait_for: Collection[AsyncOperation]
+    ) -> AsyncOperation:
+        state, self.pending = self.pending, {}
+
+        async def commit() -> None:
+            for op in wait_for:
+                await op.wait()
+                if op.error is not None:
+                    raise RuntimeError(f"dependency failed: {op.error}")
+            row = self.db.rows[self.fqn]
+            if row.fence != self.fence:
+                raise RuntimeError("checkpoint fence was updated (ie, by a new primary)")
+            row.checkpoint = cp.SerializeToString()
+            row.state.update(state)
+            self.db.commits += 1
+
+        return shard.run_operation("commit", commit())
+
+    async def destroy(self) -> None:
+        pass
+
+
+class Echo:
+    """Counts each input number into its shard's state and publishes it to OUT, in transaction."""
+
+    def __init__(self, db: MemoryDB) -> None:
+        self.db = db
+
+    async def new_store(self, shard: runtime.Shard) -> runtime.Store:
+        return MemoryStore(self.db, shard.fqn)
+
+    def new_message(self, spec: pb.JournalSpec) -> message.Message:
+        return Num()
+
+    async def consume_message(
+        self, shard: Any, store: Any, env: message.Envelope, pub: message.Publisher
+    ) -> None:
+        doc = env.message.doc  # type: ignore[attr-defined]
+        if message.get_flags(env.message.get_uuid()) == message.Flags.ACK_TXN:
+            return
+        store.pending[str(doc["n"])] = store.pending.get(str(doc["n"]), 0) + 1
+        pub.publish_uncommitted(lambda _m: (OUT, NDJSON), Num({"UUID": "", "n": doc["n"]}))
+
+    async def finalize_txn(self, shard: Any, store: Any, pub: message.Publisher) -> None:
+        pass
+
+
+def shard_spec(shard_id: str, source: str) -> pc.ShardSpec:
+    spec = pc.ShardSpec(id=shard_id, hot_standbys=1)
+    spec.sources.add(journal=source)
+    spec.max_txn_duration.CopyFrom(duration_pb2.Duration(nanos=200_000_000))
+    return spec
+
+
+@pytest.fixture
+async def cluster(
+    etcd: Any, etcd_server: ks_testing.EtcdServer, tmp_path: pathlib.Path
+) -> AsyncIterator[tuple[server_testing.InProcessCluster, client.JournalClient]]:
+    async with (
+        server_testing.InProcessCluster(etcd_server.endpoint, work_dir=tmp_path, brokers=1) as c,
+        client.JournalClient(client.ClientConfig(address=c[0].endpoint)) as jc,
+    ):
+        req = pb.ApplyRequest()
+        for name in [*SOURCES, OUT]:
+            spec = testing.journal_spec(name, labels=[(pb.LABEL_CONTENT_TYPE, NDJSON)])
+            req.changes.add(upsert=spec)
+        await client.apply_journals(jc, req)
+        deadline = time.monotonic() + 30
+        for name in [*SOURCES, OUT]:
+            while True:
+                try:
+                    await asyncio.wait_for(client.append(jc, name, b""), 5)
+                    break
+                except (client.errors.ClientError, TimeoutError):
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.1)
+        yield c, jc
+
+
+async def read_committed(jc: client.JournalClient, journal: str) -> list[int]:
+    out: list[int] = []
+    seq = message.Sequencer({}, [], 256)
+    req = pb.ReadRequest(journal=journal, offset=0, block=False)
+    async with message.ReadCommittedIter(jc, req, lambda _s: Num(), seq) as it:
+        async for env in it:
+            if message.get_flags(env.message.get_uuid()) != message.Flags.ACK_TXN:
+                out.append(int(env.message.doc["n"]))  # type: ignore[attr-defined]
+    return out
+
+
+def consumer_config(etcd: str, broker: str, prefix: str, suffix: str) -> config.Config:
+    return config.parse(
+        [
+            "--consumer.app", "unused:Unused",
+            "--consumer.zone", "zone-a",
+            "--consumer.id", suffix,
+            "--consumer.host", "127.0.0.1",
+            "--consumer.http-port", "-1",
+            "--broker.address", broker,
+            "--etcd.address", etcd,
+            "--etcd.prefix", prefix,
+            "--etcd.lease", "3s",
+            "--consumer.drain-timeout", "10s",
+        ]
+    )  # fmt: skip
+
+
+async def test_shards_consume_and_publish_exactly_once(
+    cluster: tuple[server_testing.InProcessCluster, client.JournalClient],
+    etcd_server: ks_testing.EtcdServer,
+    etcd: Any,
+) -> None:
+    brokers, jc = cluster
+    prefix = "/gazette/consumers/rt-test"
+    changes = [
+        (f"shard-{i:03d}", shard_spec(f"shard-{i:03d}", src).SerializeToString(), 0)
+        for i, src in enumerate(SOURCES)
+    ]
+    await keyspace.apply_changes(etcd, prefix, changes)
+
+    db = MemoryDB()
+    app = Echo(db)
+    stops = [asyncio.Event(), asyncio.Event()]
+    starts: list[asyncio.Future[process.Serving]] = []
+    tasks = []
+    for i, stop in enumerate(stops):
+        cfg = consumer_config(etcd_server.endpoint, brokers[0].endpoint, prefix, f"consumer-{i}")
+        fut: asyncio.Future[process.Serving] = asyncio.get_running_loop().create_future()
+        starts.append(fut)
+        tasks.append(asyncio.create_task(process.serve(cfg, app, stop=stop, started=fut)))
+    try:
+        async with asyncio.timeout(30):
+            await asyncio.gather(*starts)
+
+        # Inputs: committed messages, and a duplicate of each (an at-least-once retry).
+        n = 200
+        async with client.AppendService(jc) as svc:
+            pub = message.Publisher(svc)
+            for i in range(n):
+                msg = Num({"UUID": "", "n": i})
+                aa = pub.publish_committed(lambda _m, i=i: (SOURCES[i % 2], NDJSON), msg)
+                with svc.start_append(SOURCES[i % 2]) as dup:
+                    dup.write(message.framing_for(NDJSON).marshal(msg))
+            for op in svc.pending_except(""):
+                await op
+            del aa
+
+        async with asyncio.timeout(30):
+            while True:
+                got = await read_committed(jc, OUT)
+                if len(got) >= n:
+                    break
+                await asyncio.sleep(0.2)
+        assert sorted(got) == list(range(n)), "each input published exactly once"
+        counted: dict[str, int] = {}
+        for row in db.rows.values():
+            for k, v in row.state.items():
+                counted[k] = counted.get(k, 0) + v
+        assert counted == {str(i): 1 for i in range(n)}
+        assert db.commits >= 2
+        # Checkpoints hold read-through offsets of the sources.
+        cps = [pc.Checkpoint.FromString(r.checkpoint) for r in db.rows.values()]
+        assert sorted(j for cp in cps for j in cp.sources if j in SOURCES) == SOURCES
+    finally:
+        for stop in stops:
+            stop.set()
+        async with asyncio.timeout(30):
+            await asyncio.gather(*tasks, return_exceptions=True)
+    for t in tasks:
+        assert t.exception() is None
