@@ -238,3 +238,39 @@ async def test_shards_consume_and_publish_exactly_once(
             await asyncio.gather(*tasks, return_exceptions=True)
     for t in tasks:
         assert t.exception() is None
+
+
+async def test_a_message_that_does_not_parse_fails_the_shard_naming_journal_and_offset(
+    cluster: tuple[server_testing.InProcessCluster, client.JournalClient],
+    etcd_server: ks_testing.EtcdServer,
+    etcd: Any,
+) -> None:
+    brokers, jc = cluster
+    prefix = "/gazette/consumers/rt-bad"
+    spec = shard_spec("shard-bad", SOURCES[0])
+    spec.hot_standbys = 0
+    await keyspace.apply_changes(etcd, prefix, [("shard-bad", spec.SerializeToString(), 0)])
+    good = b'{"UUID":"00000000-0000-0000-0000-000000000000","n":1}\n'
+    first = await client.append(jc, SOURCES[0], good)
+    await client.append(jc, SOURCES[0], b"{not json\n")
+    bad_at = first.commit.end
+
+    stop = asyncio.Event()
+    cfg = consumer_config(etcd_server.endpoint, brokers[0].endpoint, prefix, "consumer-bad")
+    task = asyncio.create_task(process.serve(cfg, Echo(MemoryDB()), stop=stop))
+    try:
+        async with asyncio.timeout(30):
+            while True:
+                kvs = await etcd.get_prefix(f"{prefix}/assign/shard-bad#".encode())
+                statuses = [pc.ReplicaStatus.FromString(kv.value) for kv in kvs]
+                failed = [s for s in statuses if s.code == pc.ReplicaStatus.FAILED]
+                if failed:
+                    break
+                await asyncio.sleep(0.1)
+        (text,) = failed[0].errors
+        assert f"{SOURCES[0]}@{bad_at}" in text, text
+    finally:
+        stop.set()
+        async with asyncio.timeout(30):
+            await asyncio.gather(task, return_exceptions=True)
+    assert task.exception() is None

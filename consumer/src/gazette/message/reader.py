@@ -101,6 +101,12 @@ class ReadUncommittedIter:
         """Offset of the next frame (the end of the last returned one)."""
         return self._base + self._pos
 
+    @property
+    def write_head(self) -> int:
+        """The journal's write head as of the last read response (0 before any)."""
+        response = getattr(self._reader, "response", None)
+        return int(response.write_head) if response is not None else 0
+
     def __aiter__(self) -> ReadUncommittedIter:
         return self
 

@@ -40,6 +40,7 @@ from collections.abc import Callable, Generator, Iterable
 from types import TracebackType
 from typing import Any
 
+from gazette import task
 from gazette.broker import protocol as pb
 from gazette.broker.client import appender, errors, journal_client
 
@@ -242,10 +243,11 @@ class AppendService:
         self.client = client
         self.config = config or AppendServiceConfig()
         self._journals: dict[str, _Journal] = {}
-        self._tg: asyncio.TaskGroup | None = None
+        self._tg: task.Group | None = None
 
     async def __aenter__(self) -> AppendService:
-        self._tg = asyncio.TaskGroup()
+        # A task.Group: an exception of the `async with` body leaves as itself.
+        self._tg = task.Group("append service")
         await self._tg.__aenter__()
         return self
 
@@ -292,7 +294,7 @@ class AppendService:
             tail = AsyncAppend(self, request, deps)
             state.chain.append(tail)
         if state.task is None:
-            state.task = self._tg.create_task(self._serve(journal, state), name=f"append {journal}")
+            state.task = self._tg.spawn(f"append {journal}", self._serve(journal, state))
         return tail
 
     def append(

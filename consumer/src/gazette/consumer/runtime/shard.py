@@ -279,9 +279,12 @@ class ShardReplica:
             async with message.ReadUncommittedIter(
                 self._svc.journal_client, request, self._svc.app.new_message
             ) as it:
+                head = metrics.shard_read_head.labels(fqn, journal)
+                lag = metrics.shard_lag_bytes.labels(fqn, journal)
                 async for env in it:
                     await channel.put(env)
-                    metrics.shard_read_head.labels(fqn, journal).set(env.end)
+                    head.set(env.end)
+                    lag.set(max(0, it.write_head - env.end))
             await channel.put(errors.ReadError(f"reading {journal}: the read ended"))
         except asyncio.CancelledError:
             raise
