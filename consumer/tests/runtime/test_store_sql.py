@@ -1,0 +1,172 @@
+"""SQLStore on a real PostgreSQL: commits with the checkpoint, fencing, dependencies, pipelining."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from gazette.broker.client import AsyncOperation
+from gazette.consumer import protocol as pc
+from gazette.consumer import testing
+from gazette.consumer.runtime import store_sql
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+
+@pytest.fixture(scope="module")
+def pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[testing.PostgresServer]:
+    with testing.PostgresServer(tmp_path_factory.mktemp("pg") / "server") as server:
+        yield server
+
+
+class Shard:
+    """What SQLStore uses of a shard: its FQN and a task group for commits."""
+
+    def __init__(self, fqn: str, tg: asyncio.TaskGroup) -> None:
+        self.fqn = fqn
+        self._tg = tg
+
+    def run_operation(self, name: str, coro: Coroutine[Any, Any, None]) -> AsyncOperation:
+        op = AsyncOperation()
+
+        async def run() -> None:
+            try:
+                await coro
+            except Exception as e:  # noqa: BLE001
+                op.resolve(e)
+            else:
+                op.resolve(None)
+
+        self._tg.create_task(run())
+        return op
+
+
+@pytest.fixture
+async def dsn(pg: testing.PostgresServer, request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    dsn = pg.create_database(request.node.name[:40].lower())
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        await store_sql.SQLStore.create_table(conn)
+        await conn.execute("CREATE TABLE kv (k TEXT PRIMARY KEY, v INTEGER)")
+        await conn.commit()
+    yield dsn
+
+
+def checkpoint(offset: int) -> pc.Checkpoint:
+    cp = pc.Checkpoint()
+    cp.sources["a/journal"].read_through = offset
+    return cp
+
+
+async def put(store: store_sql.SQLStore, k: str, v: int) -> None:
+    conn = await store.transaction()
+    await conn.execute(
+        "INSERT INTO kv VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v", (k, v)
+    )
+
+
+async def kv(dsn: str) -> dict[str, int]:
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cur = await conn.execute("SELECT k, v FROM kv")
+        return dict(await cur.fetchall())
+
+
+async def test_restore_of_a_new_shard_is_an_empty_checkpoint_and_commits_round_trip(
+    dsn: str,
+) -> None:
+    async with asyncio.TaskGroup() as tg:
+        shard = Shard("/app/items/shard-a", tg)
+        store = await store_sql.SQLStore.open(dsn, shard)  # type: ignore[arg-type]
+        assert await store.restore_checkpoint(shard) == pc.Checkpoint()  # type: ignore[arg-type]
+        assert store.fence == 1
+        await put(store, "x", 1)
+        await store.start_commit(shard, checkpoint(100), ())  # type: ignore[arg-type]
+        await store.destroy()
+        again = await store_sql.SQLStore.open(dsn, shard)  # type: ignore[arg-type]
+        assert await again.restore_checkpoint(shard) == checkpoint(100)  # type: ignore[arg-type]
+        assert again.fence == 2
+        await again.destroy()
+    assert await kv(dsn) == {"x": 1}
+
+
+async def test_a_new_primary_fences_the_old_one(dsn: str) -> None:
+    async with asyncio.TaskGroup() as tg:
+        shard = Shard("/app/items/shard-b", tg)
+        old = await store_sql.SQLStore.open(dsn, shard)  # type: ignore[arg-type]
+        await old.restore_checkpoint(shard)  # type: ignore[arg-type]
+        new = await store_sql.SQLStore.open(dsn, shard)  # type: ignore[arg-type]
+        await new.restore_checkpoint(shard)  # type: ignore[arg-type]
+        await put(old, "zombie", 1)
+        op = old.start_commit(shard, checkpoint(7), ())  # type: ignore[arg-type]
+        await op.wait()
+        assert isinstance(op.error, store_sql.FenceError)
+        assert "fence was updated" in str(op.error)
+        await put(new, "primary", 2)
+        await new.start_commit(shard, checkpoint(9), ())  # type: ignore[arg-type]
+        for s in (old, new):
+            await s.destroy()
+    assert await kv(dsn) == {"primary": 2}  # Nothing of the zombie's transaction.
+    async with asyncio.TaskGroup() as tg:
+        shard = Shard("/app/items/shard-b", tg)
+        third = await store_sql.SQLStore.open(dsn, shard)  # type: ignore[arg-type]
+        assert await third.restore_checkpoint(shard) == checkpoint(9)  # type: ignore[arg-type]
+        await third.destroy()
+
+
+async def test_commit_waits_for_its_dependencies_and_fails_with_them(dsn: str) -> None:
+    async with asyncio.TaskGroup() as tg:
+        shard = Shard("/app/items/shard-c", tg)
+        store = await store_sql.SQLStore.open(dsn, shard)  # type: ignore[arg-type]
+        await store.restore_checkpoint(shard)  # type: ignore[arg-type]
+        dep = AsyncOperation()
+        await put(store, "a", 1)
+        op = store.start_commit(shard, checkpoint(1), [dep])  # type: ignore[arg-type]
+        await asyncio.sleep(0.1)
+        assert not op.done() and await kv(dsn) == {}
+        dep.resolve()
+        await op
+        assert await kv(dsn) == {"a": 1}
+
+        failing = AsyncOperation()
+        await put(store, "b", 2)
+        op = store.start_commit(shard, checkpoint(2), [failing])  # type: ignore[arg-type]
+        failing.resolve(RuntimeError("append failed"))
+        await op.wait()
+        assert isinstance(op.error, store_sql.DependencyFailed)
+        assert "append failed" in str(op.error)
+        await store.destroy()
+    assert await kv(dsn) == {"a": 1}
+
+
+async def test_next_transaction_writes_while_the_previous_commits(dsn: str) -> None:
+    async with asyncio.TaskGroup() as tg:
+        shard = Shard("/app/items/shard-d", tg)
+        store = await store_sql.SQLStore.open(dsn, shard)  # type: ignore[arg-type]
+        await store.restore_checkpoint(shard)  # type: ignore[arg-type]
+        dep = AsyncOperation()
+        await put(store, "first", 1)
+        op1 = store.start_commit(shard, checkpoint(1), [dep])  # type: ignore[arg-type]
+        # The next transaction is not blocked by the pending commit.
+        async with asyncio.timeout(2):
+            await put(store, "second", 2)
+        dep.resolve()
+        await op1
+        await store.start_commit(shard, checkpoint(2), ())  # type: ignore[arg-type]
+        await store.destroy()
+    assert await kv(dsn) == {"first": 1, "second": 2}
+
+
+def test_server_restarts_with_its_data(tmp_path: pathlib.Path) -> None:
+    with testing.PostgresServer(tmp_path / "pg") as server:
+        dsn = server.create_database("durable")
+        with psycopg.connect(dsn) as conn:
+            conn.execute("CREATE TABLE t (x INTEGER)")
+            conn.execute("INSERT INTO t VALUES (42)")
+        server.kill()
+        server.start()
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute("SELECT x FROM t").fetchall() == [(42,)]
