@@ -98,5 +98,5 @@ def test_legacy_offsets_override_and_garbage_is_an_error(tmp_path: pathlib.Path)
     assert store.state == {"k": 1}
     assert checkpoints.flatten_read_through(store._checkpoint) == {"a/j": 7}
     (tmp_path / "state.json").write_text('{"a/j": 7}\n{"k": \n')
-    with pytest.raises(Exception, match="state.json: not valid JSON"):
+    with pytest.raises(Exception, match=r"state\.json: not valid JSON"):
         store_json_file.JSONFileStore(tmp_path, None)
