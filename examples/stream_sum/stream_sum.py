@@ -169,12 +169,8 @@ class Summer:
         return cls(ns.postgres)
 
     async def new_store(self, shard: runtime.Shard) -> runtime.Store:
-        store = await store_sql.SQLStore.open(self.dsn, shard)
-        async with await store_sql.connect(self.dsn) as conn:
-            await store_sql.SQLStore.create_table(conn)
-            await conn.execute(DDL)
-            await conn.commit()
-        return store
+        await store_sql.ensure_schema(self.dsn, DDL)
+        return await store_sql.SQLStore.open(self.dsn, shard)
 
     def new_message(self, spec: pb.JournalSpec) -> message.Message:
         return Chunk()

@@ -44,7 +44,14 @@ from gazette.broker.client import AsyncOperation
 from gazette.consumer import protocol as pc
 from gazette.consumer.runtime import errors, interfaces
 
-__all__ = ["TABLE_DDL", "DependencyFailed", "FenceError", "SQLStore", "connect"]
+__all__ = [
+    "TABLE_DDL",
+    "DependencyFailed",
+    "FenceError",
+    "SQLStore",
+    "connect",
+    "ensure_schema",
+]
 
 TABLE_DDL = """
 CREATE TABLE IF NOT EXISTS gazette_checkpoints (
@@ -76,6 +83,28 @@ async def connect(dsn: str) -> psycopg.AsyncConnection[Any]:
         return await psycopg.AsyncConnection.connect(dsn)
     except psycopg.Error as e:
         raise errors.ConfigError(f"connecting to PostgreSQL: {e}") from e
+
+
+#: The advisory lock under which :func:`ensure_schema` runs (any constant of ours).
+_SCHEMA_LOCK = 0x6761_7A65_7474_65  # "gazette"
+
+
+async def ensure_schema(dsn: str, *ddl: str) -> None:
+    """Run ``gazette_checkpoints``' DDL and the application's ``ddl`` in one transaction.
+
+    Shards of one application start together, and PostgreSQL's ``CREATE TABLE IF
+    NOT EXISTS`` run concurrently can still fail on its catalog's unique index: a
+    transaction-scoped advisory lock makes them take turns.
+    """
+    async with await connect(dsn) as conn:
+        try:
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            await conn.execute(TABLE_DDL)
+            for statement in ddl:
+                await conn.execute(statement)
+            await conn.commit()
+        except psycopg.Error as e:
+            raise errors.ConfigError(f"creating the store's tables: {e}") from e
 
 
 class SQLStore:

@@ -54,11 +54,12 @@ class PostgresServer:
         self, work_dir: pathlib.Path | str | None = None, *, port: int = 0, fsync: bool = True
     ) -> None:
         self._own_dir = work_dir is None
-        self.work_dir = pathlib.Path(work_dir or tempfile.mkdtemp(prefix="gazette-pg-"))
+        self.work_dir = pathlib.Path(work_dir or tempfile.mkdtemp(prefix="gazette-pg-")).absolute()
         self.port = port or ks_testing.free_port()
         self.fsync = fsync
         self.data_dir = self.work_dir / "data"
-        self.socket_dir = self.work_dir / "sock"
+        # Unix socket paths are short (107 bytes): the socket lives in a short temporary dir.
+        self.socket_dir = pathlib.Path(tempfile.mkdtemp(prefix="pg-sock-"))
         self.log_path = self.work_dir / "postgres.log"
         self._proc: subprocess.Popen[bytes] | None = None
         self._as_nobody = os.geteuid() == 0
@@ -196,5 +197,6 @@ class PostgresServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
         if self._own_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
