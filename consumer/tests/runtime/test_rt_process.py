@@ -274,3 +274,79 @@ async def test_a_message_that_does_not_parse_fails_the_shard_naming_journal_and_
         async with asyncio.timeout(30):
             await asyncio.gather(task, return_exceptions=True)
     assert task.exception() is None
+
+
+async def test_a_stopped_process_drains_its_shards_to_the_others(
+    cluster: tuple[server_testing.InProcessCluster, client.JournalClient],
+    etcd_server: ks_testing.EtcdServer,
+    etcd: Any,
+) -> None:
+    brokers, jc = cluster
+    prefix = "/gazette/consumers/rt-drain"
+    # No hot standby: with one, an exiting member of two can't drain (the other can't
+    # hold both replicas; Gazette's allocator then waits, ours until the drain timeout).
+    specs = [shard_spec(f"shard-{i:03d}", src) for i, src in enumerate(SOURCES)]
+    for spec in specs:
+        spec.hot_standbys = 0
+    changes = [(s.id, s.SerializeToString(), 0) for s in specs]
+    await keyspace.apply_changes(etcd, prefix, changes)
+    db = MemoryDB()
+    app = Echo(db)
+    stops = [asyncio.Event(), asyncio.Event()]
+    tasks = []
+    for i, stop in enumerate(stops):
+        cfg = consumer_config(etcd_server.endpoint, brokers[0].endpoint, prefix, f"consumer-{i}")
+        tasks.append(asyncio.create_task(process.serve(cfg, app, stop=stop)))
+
+    async def primaries() -> dict[str, str]:
+        out = {}
+        for kv in await etcd.get_prefix(f"{prefix}/assign/".encode()):
+            shard, _zone, member, slot = kv.key.decode().rsplit("/", 1)[1].split("#")
+            status = pc.ReplicaStatus.FromString(kv.value)
+            if slot == "0" and status.code == pc.ReplicaStatus.PRIMARY:
+                out[shard] = member
+        return out
+
+    async def publish(numbers: range) -> None:
+        async with client.AppendService(jc) as svc:
+            pub = message.Publisher(svc)
+            for i in numbers:
+                pub.publish_committed(
+                    lambda _m, i=i: (SOURCES[i % 2], NDJSON), Num({"UUID": "", "n": i})
+                )
+            for op in svc.pending_except(""):
+                await op
+
+    try:
+        async with asyncio.timeout(30):
+            while True:
+                if len(await primaries()) == 2:
+                    break
+                await asyncio.sleep(0.1)
+        await publish(range(50))
+        # SIGTERM (what the process's signal handler does) to the process serving a shard.
+        victim = sorted((await primaries()).values())[0]
+        index = int(victim.rsplit("-", 1)[1])
+        began = time.monotonic()
+        stops[index].set()
+        async with asyncio.timeout(30):
+            await tasks[index]
+        assert tasks[index].exception() is None
+        assert time.monotonic() - began < 10, "drained before the drain timeout"
+        async with asyncio.timeout(10):
+            while True:
+                if set((await primaries()).values()) == {f"consumer-{1 - index}"}:
+                    break
+                await asyncio.sleep(0.1)
+        await publish(range(50, 100))
+        async with asyncio.timeout(30):
+            while True:
+                if len(got := await read_committed(jc, OUT)) >= 100:
+                    break
+                await asyncio.sleep(0.2)
+        assert sorted(got) == list(range(100))
+    finally:
+        for stop in stops:
+            stop.set()
+        async with asyncio.timeout(30):
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -17,6 +17,7 @@ import pathlib
 import random
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -76,6 +77,11 @@ def shard_specs() -> list[pc.ShardSpec]:
     specs = [mapping.shard_spec(d["spec"]) for d in docs]
     assert len(specs) == PARTS
     return specs
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return str(resp.read().decode())
 
 
 async def _failed_shards(etcd: Any, prefix: str) -> list[str]:
@@ -171,4 +177,17 @@ async def test_stream_sum_exactly_once_under_sigkills(
                 assert report.correct == report.streams
                 assert not failed, consumers.logs(60)
                 assert not consumers.exited_on_their_own(), consumers.logs(60)
+                # Each process serves Prometheus metrics: transactions, messages, lag per shard.
+                texts = [
+                    await asyncio.to_thread(_get, f"http://127.0.0.1:{p.http_port}/debug/metrics")
+                    for p in consumers.processes
+                ]
+                joined = "\n".join(texts)
+                for name in (
+                    "gazette_shard_transactions_total",
+                    "gazette_shard_read_messages_total",
+                    "gazette_shard_lag_bytes",
+                    "gazette_shard_up",
+                ):
+                    assert f"{name}{{" in joined, name
                 assert not brokers.exited_on_their_own(), brokers.logs(60)

@@ -223,7 +223,7 @@ def parse(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = Non
         sections[section][name] = value
     cons = ConsumerConfig(**sections["consumer"])
     if not cons.app:
-        parser.error("--consumer.app is required (e.g. examples.stream_sum:Summer)")
+        parser.error("--consumer.app is required (e.g. stream_sum:Summer)")
     if not cons.id:
         cons = dataclasses.replace(cons, id=broker_config.petname())
     etcd = broker_config.EtcdConfig(**sections["etcd"])
