@@ -41,10 +41,9 @@ class GoMsg(message.JSONMessage):
 class Store:
     """A fenced in-memory checkpoint (one process, one store per primary)."""
 
-    checkpoints: dict[str, bytes] = {}
-
-    def __init__(self, fqn: str) -> None:
+    def __init__(self, fqn: str, checkpoints: dict[str, bytes]) -> None:
         self.fqn = fqn
+        self.checkpoints = checkpoints
 
     async def restore_checkpoint(self, shard: Any) -> pc.Checkpoint:
         return pc.Checkpoint.FromString(self.checkpoints.get(self.fqn, b""))
@@ -67,9 +66,10 @@ class Store:
 class Relay:
     def __init__(self) -> None:
         self.consumed: list[tuple[int, str]] = []
+        self.checkpoints: dict[str, bytes] = {}
 
     async def new_store(self, shard: Any) -> Any:
-        return Store(shard.fqn)
+        return Store(shard.fqn, self.checkpoints)
 
     def new_message(self, spec: pb.JournalSpec) -> message.Message:
         return GoMsg()
