@@ -478,7 +478,11 @@ class Transactions:
         intents = self.publisher.build_ack_intents()
         txn.checkpoint = checkpoints.build_checkpoint(offsets, states, intents)
         wait_for = self.shard.append_service.pending_except("")
-        barrier = self.store.start_commit(self.shard, txn.checkpoint, wait_for)
+        # The store gets its own copy: duplicates read while it commits move this
+        # transaction's read-through (progress only), never what is committed.
+        committed = pc.Checkpoint()
+        committed.CopyFrom(txn.checkpoint)
+        barrier = self.store.start_commit(self.shard, committed, wait_for)
         if barrier.done() and barrier.error is not None:
             raise errors.CommitError(f"store commit failed: {barrier.error}") from barrier.error
         txn.commit_barrier = barrier
