@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
-from collections.abc import Coroutine
-from typing import Any
 
 import pytest
+from rt_fakes import TaskShard
 
 from gazette import message
 from gazette.broker.client import AsyncOperation
@@ -16,24 +15,8 @@ from gazette.consumer import protocol as pc
 from gazette.consumer.runtime import checkpoints, store_json_file
 
 
-class Shard:
-    def __init__(self, tg: asyncio.TaskGroup) -> None:
-        self.fqn = "/app/items/shard-a"
-        self._tg = tg
-
-    def run_operation(self, name: str, coro: Coroutine[Any, Any, None]) -> AsyncOperation:
-        op = AsyncOperation()
-
-        async def run() -> None:
-            try:
-                await coro
-            except Exception as e:  # noqa: BLE001
-                op.resolve(e)
-            else:
-                op.resolve(None)
-
-        self._tg.create_task(run())
-        return op
+def Shard(tg: asyncio.TaskGroup) -> TaskShard:
+    return TaskShard("/app/items/shard-a", tg)
 
 
 def sample() -> pc.Checkpoint:

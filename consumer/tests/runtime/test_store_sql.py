@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
-from collections.abc import AsyncIterator, Coroutine, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
 
 import psycopg
 import pytest
+from rt_fakes import TaskShard
 
 from gazette.broker.client import AsyncOperation
 from gazette.consumer import protocol as pc
@@ -24,26 +24,7 @@ def pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[testing.PostgresSer
         yield server
 
 
-class Shard:
-    """What SQLStore uses of a shard: its FQN and a task group for commits."""
-
-    def __init__(self, fqn: str, tg: asyncio.TaskGroup) -> None:
-        self.fqn = fqn
-        self._tg = tg
-
-    def run_operation(self, name: str, coro: Coroutine[Any, Any, None]) -> AsyncOperation:
-        op = AsyncOperation()
-
-        async def run() -> None:
-            try:
-                await coro
-            except Exception as e:  # noqa: BLE001
-                op.resolve(e)
-            else:
-                op.resolve(None)
-
-        self._tg.create_task(run())
-        return op
+Shard = TaskShard
 
 
 @pytest.fixture

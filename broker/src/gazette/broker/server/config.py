@@ -182,6 +182,35 @@ def parse_port(text: str) -> int:
 Flag = tuple[str, str, str, Callable[[str], Any], object, str]
 """(flag, environment variable, dest ``section.name``, type, default, help)."""
 
+#: Flags every Gazette process takes alike (brokers, consumers).
+ETCD_ADDRESS_FLAG: Flag = (
+    "--etcd.address",
+    "ETCD_ADDRESS",
+    "etcd.address",
+    str,
+    "http://localhost:2379",
+    "etcd endpoint",
+)
+ETCD_LEASE_FLAG: Flag = (
+    "--etcd.lease",
+    "ETCD_LEASE_TTL",
+    "etcd.lease_s",
+    duration_s,
+    20.0,
+    "TTL of this process's etcd lease (Go duration)",
+)
+LOG_FLAGS: tuple[Flag, ...] = (
+    (
+        "--log.level",
+        "LOG_LEVEL",
+        "log.level",
+        str,
+        "warn",
+        "trace, debug, info, warn, error or fatal",
+    ),
+    ("--log.format", "LOG_FORMAT", "log.format", str, "text", "text or json"),
+)
+
 _FLAGS: tuple[Flag, ...] = (
     (
         "--broker.zone",
@@ -316,14 +345,7 @@ _FLAGS: tuple[Flag, ...] = (
         "On SIGTERM, how long to wait for the journals to move to other brokers "
         "before stopping anyway; every spool is persisted either way (Go duration)",
     ),
-    (
-        "--etcd.address",
-        "ETCD_ADDRESS",
-        "etcd.address",
-        str,
-        "http://localhost:2379",
-        "etcd endpoint",
-    ),
+    ETCD_ADDRESS_FLAG,
     (
         "--etcd.prefix",
         "ETCD_PREFIX",
@@ -332,23 +354,8 @@ _FLAGS: tuple[Flag, ...] = (
         "/gazette/cluster",
         "Root of the keyspace in etcd",
     ),
-    (
-        "--etcd.lease",
-        "ETCD_LEASE_TTL",
-        "etcd.lease_s",
-        duration_s,
-        20.0,
-        "TTL of this broker's etcd lease (Go duration)",
-    ),
-    (
-        "--log.level",
-        "LOG_LEVEL",
-        "log.level",
-        str,
-        "warn",
-        "trace, debug, info, warn, error or fatal",
-    ),
-    ("--log.format", "LOG_FORMAT", "log.format", str, "text", "text or json"),
+    ETCD_LEASE_FLAG,
+    *LOG_FLAGS,
 )
 
 

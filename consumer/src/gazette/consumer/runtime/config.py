@@ -160,14 +160,7 @@ _FLAGS: tuple[broker_config.Flag, ...] = (
         0,
         "Journal routes to cache, to dial route members directly (0: off)",
     ),
-    (
-        "--etcd.address",
-        "ETCD_ADDRESS",
-        "etcd.address",
-        str,
-        "http://localhost:2379",
-        "etcd endpoint",
-    ),
+    broker_config.ETCD_ADDRESS_FLAG,
     (
         "--etcd.prefix",
         "ETCD_PREFIX",
@@ -177,23 +170,8 @@ _FLAGS: tuple[broker_config.Flag, ...] = (
         "Root of the application's keyspace in etcd"
         " (default: /gazette/consumers/<application class name>)",
     ),
-    (
-        "--etcd.lease",
-        "ETCD_LEASE_TTL",
-        "etcd.lease_s",
-        _D,
-        20.0,
-        "TTL of this process's etcd lease (Go duration)",
-    ),
-    (
-        "--log.level",
-        "LOG_LEVEL",
-        "log.level",
-        str,
-        "warn",
-        "trace, debug, info, warn, error or fatal",
-    ),
-    ("--log.format", "LOG_FORMAT", "log.format", str, "text", "text or json"),
+    broker_config.ETCD_LEASE_FLAG,
+    *broker_config.LOG_FLAGS,
 )
 
 

@@ -5,6 +5,7 @@
     ConsumerError                 anything the runtime raises about a shard
     ├── ReadError                 a source journal could not be read or decoded
     ├── CommitError               the store failed to commit a transaction
+    │   └── DependencyFailed      an append the commit waited for failed
     ├── AckError                  appending a transaction's ACK failed
     ├── StatusError               the shard's status could not be written to etcd
     └── ConfigError               an application or flag the process cannot run with
@@ -20,6 +21,7 @@ __all__ = [
     "CommitError",
     "ConfigError",
     "ConsumerError",
+    "DependencyFailed",
     "ReadError",
     "StatusError",
 ]
@@ -35,6 +37,10 @@ class ReadError(ConsumerError):
 
 class CommitError(ConsumerError):
     """The store failed to commit a transaction."""
+
+
+class DependencyFailed(CommitError):
+    """An operation a commit waited for (an append of the transaction) failed: nothing committed."""
 
 
 class AckError(ConsumerError):

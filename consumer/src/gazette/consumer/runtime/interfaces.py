@@ -30,6 +30,7 @@ from gazette import message
 from gazette.broker import protocol as pb
 from gazette.broker.client import AppendService, AsyncOperation, JournalClient
 from gazette.consumer import protocol as pc
+from gazette.consumer.runtime import errors
 
 __all__ = [
     "DEFER",
@@ -38,6 +39,7 @@ __all__ = [
     "Consumed",
     "Shard",
     "Store",
+    "await_dependencies",
 ]
 
 
@@ -145,3 +147,16 @@ class BeginFinisher(Protocol):
     def finished_txn(self, shard: Shard, store: Store, op: AsyncOperation) -> None:
         """Called once the transaction starts committing (``op`` resolves with the
         commit) or has failed (``op`` already holds the error). Only for transactions that began."""
+
+
+async def await_dependencies(wait_for: Collection[AsyncOperation], where: str) -> None:
+    """Wait for every operation a commit depends on; raise DependencyFailed if one failed.
+
+    For :meth:`Store.start_commit` implementations, before they commit.
+    """
+    for op in wait_for:
+        await op.wait()
+        if op.error is not None:
+            raise errors.DependencyFailed(
+                f"{where}: not committing: an append it waited for failed: {op.error}"
+            ) from op.error

@@ -92,13 +92,7 @@ class JSONFileStore:
         cp.CopyFrom(checkpoint)
 
         async def commit() -> None:
-            for op in wait_for:
-                await op.wait()
-                if op.error is not None:
-                    raise errors.CommitError(
-                        f"{self.directory}: not committing: an append it waited for failed:"
-                        f" {op.error}"
-                    ) from op.error
+            await interfaces.await_dependencies(wait_for, str(self.directory))
             await asyncio.to_thread(self._write, body)
             self._checkpoint = cp
 

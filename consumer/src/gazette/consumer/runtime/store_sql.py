@@ -73,8 +73,7 @@ class FenceError(errors.CommitError):
         self.fence = fence
 
 
-class DependencyFailed(errors.CommitError):
-    """An append the transaction waited for failed: nothing was committed."""
+DependencyFailed = errors.DependencyFailed
 
 
 async def connect(dsn: str) -> psycopg.AsyncConnection[Any]:
@@ -188,12 +187,7 @@ class SQLStore:
         wait_for: Collection[AsyncOperation],
     ) -> None:
         try:
-            for op in wait_for:
-                await op.wait()
-                if op.error is not None:
-                    raise DependencyFailed(
-                        f"{self.fqn}: not committing: an append it waited for failed: {op.error}"
-                    ) from op.error
+            await interfaces.await_dependencies(wait_for, self.fqn)
             if self.fence == 0:
                 await conn.execute(
                     "INSERT INTO gazette_checkpoints (shard_fqn, fence, checkpoint)"
