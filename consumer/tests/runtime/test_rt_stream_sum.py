@@ -4,7 +4,8 @@ Real parts: etcd, 3 broker processes (RF 2 over 2 zones), PostgreSQL, 3 consumer
 processes running ``examples/stream_sum`` (the summer, SQL store, 1 hot standby
 per shard). The chunker (in the test) writes interleaved streams of chunks and
 checks every Sum; meanwhile consumers and brokers are SIGKILLed and restarted,
-at least ``STREAM_SUM_KILLS`` times (10 by default). Every stream's Sum must
+at least ``STREAM_SUM_KILLS`` times (10 by default) while ``STREAM_SUM_STREAMS``
+streams (60) of 40 chunks are written. Every stream's Sum must
 arrive once and be right: 0 mismatched, 0 duplicated, 0 missing; and no shard
 may have failed (a duplicated or lost chunk fails the summer's SeqNo check).
 """
@@ -38,6 +39,7 @@ sys.path.insert(0, str(EXAMPLE))
 import stream_sum  # noqa: E402
 
 KILLS = int(os.environ.get("STREAM_SUM_KILLS", "10"))
+STREAMS = int(os.environ.get("STREAM_SUM_STREAMS", "60"))
 PARTS = 4
 
 
@@ -154,7 +156,7 @@ async def test_stream_sum_exactly_once_under_sigkills(
                 try:
                     report = await stream_sum.run_chunker(
                         jc,
-                        streams=60,
+                        streams=STREAMS,
                         chunks_per_stream=40,
                         concurrent=20,
                         sum_timeout=120.0,
