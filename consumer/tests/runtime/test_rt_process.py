@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Collection
 from typing import Any
 
+import grpc
 import pytest
 from google.protobuf import duration_pb2
 
@@ -350,3 +351,97 @@ async def test_a_stopped_process_drains_its_shards_to_the_others(
             stop.set()
         async with asyncio.timeout(30):
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_shard_api_list_stat_apply_unassign(
+    cluster: tuple[server_testing.InProcessCluster, client.JournalClient],
+    etcd_server: ks_testing.EtcdServer,
+    etcd: Any,
+) -> None:
+    from gazette.broker.protocol import dial
+    from gazette.consumer.protocol import protocol_pb2_grpc as pc_grpc
+
+    brokers, jc = cluster
+    prefix = "/gazette/consumers/rt-api"
+    db = MemoryDB()
+    stops = [asyncio.Event(), asyncio.Event()]
+    starts: list[asyncio.Future[process.Serving]] = []
+    tasks = []
+    for i, stop in enumerate(stops):
+        cfg = consumer_config(etcd_server.endpoint, brokers[0].endpoint, prefix, f"consumer-{i}")
+        fut: asyncio.Future[process.Serving] = asyncio.get_running_loop().create_future()
+        starts.append(fut)
+        tasks.append(asyncio.create_task(process.serve(cfg, Echo(db), stop=stop, started=fut)))
+    try:
+        async with asyncio.timeout(30):
+            serving = await asyncio.gather(*starts)
+        async with dial.channel(serving[0].endpoint) as ch:
+            stub = pc_grpc.ShardStub(ch)
+            # Apply: create two shards, then a create of an existing one fails its check.
+            req = pc.ApplyRequest()
+            for i, src in enumerate(SOURCES):
+                req.changes.add(upsert=shard_spec(f"shard-{i:03d}", src), expect_mod_revision=0)
+            resp = await stub.Apply(req)
+            assert resp.status == pc.Status.OK
+            again = await stub.Apply(req)
+            assert again.status == pc.Status.ETCD_TRANSACTION_FAILED
+
+            # List, by the id meta-label too, once both have a PRIMARY.
+            async with asyncio.timeout(30):
+                while True:
+                    listed = await stub.List(pc.ListRequest())
+                    codes = [sorted(s.code for s in shard.status) for shard in listed.shards]
+                    if codes == [[pc.ReplicaStatus.STANDBY, pc.ReplicaStatus.PRIMARY]] * 2:
+                        break
+                    await asyncio.sleep(0.1)
+            assert [s.spec.id for s in listed.shards] == ["shard-000", "shard-001"]
+            assert all(len(s.route.endpoints) == 2 and s.route.primary != -1 for s in listed.shards)
+            one = await stub.List(pc.ListRequest(selector=pb.parse_selector("id=shard-001")))
+            assert [s.spec.id for s in one.shards] == ["shard-001"]
+
+            # Stat with a read barrier: it answers once the shard committed through it
+            # (from whichever process: a non-primary proxies).
+            head = (
+                await client.append(
+                    jc, SOURCES[1], b'{"UUID":"00000000-0000-0000-0000-000000000000","n":7}\n'
+                )
+            ).commit.end
+            for s in serving:
+                async with dial.channel(s.endpoint) as ch2:
+                    stat = await pc_grpc.ShardStub(ch2).Stat(
+                        pc.StatRequest(shard="shard-001", read_through={SOURCES[1]: head}),
+                        timeout=20,
+                    )
+                    assert stat.status == pc.Status.OK
+                    assert stat.read_through[SOURCES[1]] >= head
+            missing = await stub.Stat(pc.StatRequest(shard="shard-nope"))
+            assert missing.status == pc.Status.SHARD_NOT_FOUND
+
+            # Unassign the primary of shard-000: its assignment goes, and a new primary comes.
+            un = await stub.Unassign(pc.UnassignRequest(shards=["shard-000"]))
+            assert un.status == pc.Status.OK and list(un.shards) == ["shard-000"]
+            dry = await stub.Unassign(pc.UnassignRequest(shards=["shard-000"], only_failed=True))
+            assert list(dry.shards) == []
+
+            # Delete both.
+            req = pc.ApplyRequest()
+            for s in listed.shards:
+                req.changes.add(delete=s.spec.id, expect_mod_revision=-1)
+            assert (await stub.Apply(req)).status == pc.Status.OK
+            async with asyncio.timeout(30):
+                while True:
+                    if not (await stub.List(pc.ListRequest())).shards:
+                        break
+                    await asyncio.sleep(0.1)
+            bad = pc.ApplyRequest()
+            bad.changes.add(delete="x", expect_mod_revision=-1)
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await stub.Apply(bad)
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    finally:
+        for stop in stops:
+            stop.set()
+        async with asyncio.timeout(30):
+            await asyncio.gather(*tasks, return_exceptions=True)
+    for t in tasks:
+        assert t.exception() is None

@@ -32,9 +32,11 @@ from gazette.broker import client
 from gazette.broker.protocol import dial
 from gazette.broker.server import process as broker_process
 from gazette.consumer import protocol as pc
+from gazette.consumer.protocol import protocol_pb2_grpc as pc_grpc
 from gazette.consumer.runtime import config, errors, interfaces
 from gazette.consumer.runtime.service import Service
 from gazette.consumer.runtime.shard import ShardServices
+from gazette.consumer.runtime.shard_api import ShardAPI
 from gazette.consumer.runtime.shards import ShardDecoder, shard_is_consistent
 
 __all__ = ["Serving", "run", "serve"]
@@ -76,8 +78,7 @@ async def serve(
                 loop.add_signal_handler(sig, stop.set)
     ccfg = cfg.consumer
     host = ccfg.host or socket.gethostname()
-    # The gRPC port is announced in the ConsumerSpec (Gazette peers and gazctl dial it);
-    # the Shard service itself is not served yet.
+    # The gRPC port (consumer.Shard) is announced in the ConsumerSpec: gazctl and peers dial it.
     server = dial.server(dial.ListenConfig())
     port = dial.listen(server, _bind_host(host), ccfg.port)
     if port == 0:
@@ -127,6 +128,8 @@ async def serve(
             svc = Service(ShardServices(app, etcd, ks, jc), observed)
             shards_stop = asyncio.Event()
             shards_task = tg.create_task(svc.run(shards_stop), name="shards")
+            api = ShardAPI(svc, etcd)
+            pc_grpc.add_ShardServicer_to_server(api, server)
             await server.start()
             http_port = -1
             if ccfg.http_port != -1:
@@ -157,6 +160,7 @@ async def serve(
                 session_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await session_task
+            await api.close()
             log.warning("consumer stopped")
     finally:
         await server.stop(None)

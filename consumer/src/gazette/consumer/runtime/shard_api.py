@@ -1,0 +1,263 @@
+"""The ``consumer.Shard`` gRPC service of a consumer process (Gazette ``consumer/shard_api.go``).
+
+* **List**: every shard matching the selector (the ``id`` meta-label
+  included), with its revisions, Route (endpoints from the members' specs)
+  and the ReplicaStatus of each assignment, in Route order.
+* **Stat**: a shard's progress — the read-through offsets of its committed
+  transactions and where their ACKs were published — from its primary. A
+  process that is not the primary proxies the request to it once (the
+  forwarded request carries the header). Offsets in ``read_through`` make
+  the primary wait until it has committed through them (a read barrier).
+* **Apply**: upserts and deletes of ShardSpecs in one checked etcd
+  transaction (``expect_mod_revision``: 0 must not exist, -1 unconditional).
+* **GetHints**: recovery-log hints (none exist until recovery logs do).
+* **Unassign**: removes shards' assignments (FAILED ones always; the primary
+  unless ``only_failed``), so the allocator assigns them afresh.
+
+Statuses map as Gazette's: SHARD_NOT_FOUND, NO_SHARD_PRIMARY,
+ETCD_TRANSACTION_FAILED, SHARD_STOPPED; bad requests are INVALID_ARGUMENT
+naming the field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import grpc
+
+from gazette import allocator, keyspace
+from gazette.allocator import txn as etcd_txn
+from gazette.broker import protocol as pb
+from gazette.broker.protocol import dial
+from gazette.consumer import protocol as pc
+from gazette.consumer.protocol import protocol_pb2_grpc as pc_grpc
+from gazette.consumer.runtime.service import Service
+
+__all__ = ["ShardAPI"]
+
+log = logging.getLogger(__name__)
+
+
+class ShardAPI(pc_grpc.ShardServicer):
+    """Serves ``consumer.Shard`` from a process's :class:`Service`."""
+
+    def __init__(self, svc: Service, etcd: Any) -> None:
+        self.svc = svc
+        self.etcd = etcd
+        self._peers: dict[str, grpc.aio.Channel] = {}
+
+    async def close(self) -> None:
+        peers, self._peers = self._peers, {}
+        for ch in peers.values():
+            await ch.close()
+
+    # -- helpers ----------------------------------------------------------
+
+    @property
+    def _state(self) -> allocator.State:
+        return self.svc.observed.state
+
+    def _header(self) -> pb.Header:
+        hdr = pb.Header()
+        local = self._state.local_member
+        if local is not None:
+            hdr.process_id.zone, hdr.process_id.suffix = local.zone, local.suffix
+        hdr.route.primary = -1
+        hdr.etcd.CopyFrom(self.svc.observed.ks.header)
+        return hdr
+
+    async def _invalid(self, context: grpc.aio.ServicerContext, request: Any) -> bool:
+        try:
+            pc.validate(request)
+        except pb.ValidationError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            return True
+        return False
+
+    def _shard(self, state: allocator.State, item_index: int) -> pc.ListResponse.Shard:
+        item_kv = state.items[item_index]
+        item: allocator.Item = item_kv.decoded
+        out = pc.ListResponse.Shard(
+            mod_revision=item_kv.mod_revision, create_revision=item_kv.create_revision
+        )
+        out.spec.CopyFrom(item.spec)
+        assignments = state.assignments_of(item_index)
+        out.route.CopyFrom(allocator.route_of(assignments))
+        allocator.attach_endpoints(out.route, state)
+        for kv in assignments:
+            out.status.append(kv.decoded.value)
+        return out
+
+    # -- RPCs ---------------------------------------------------------------
+
+    async def List(
+        self, request: pc.ListRequest, context: grpc.aio.ServicerContext
+    ) -> pc.ListResponse:
+        if await self._invalid(context, request):
+            return pc.ListResponse()
+        state = self._state
+        resp = pc.ListResponse(status=pc.Status.OK)
+        resp.header.CopyFrom(self._header())
+        for i, kv in enumerate(state.items):
+            spec: pc.ShardSpec = kv.decoded.spec
+            if pb.matches(request.selector, pc.label_set_ext(spec)):
+                resp.shards.append(self._shard(state, i))
+        return resp
+
+    async def Stat(
+        self, request: pc.StatRequest, context: grpc.aio.ServicerContext
+    ) -> pc.StatResponse:
+        if await self._invalid(context, request):
+            return pc.StatResponse()
+        state = self._state
+        resp = pc.StatResponse()
+        resp.header.CopyFrom(self._header())
+        index = state.find_item(request.shard)
+        if index == -1:
+            resp.status = pc.Status.SHARD_NOT_FOUND
+            return resp
+        shard = self._shard(state, index)
+        resp.header.route.CopyFrom(shard.route)
+        if shard.route.primary == -1:
+            resp.status = pc.Status.NO_SHARD_PRIMARY
+            return resp
+        primary = shard.route.members[shard.route.primary]
+        local = state.local_member
+        if local is None or (primary.zone, primary.suffix) != (local.zone, local.suffix):
+            if request.HasField("header"):
+                # Already proxied once: the route changed under the sender.
+                resp.status = pc.Status.NOT_SHARD_PRIMARY
+                return resp
+            forwarded = pc.StatRequest()
+            forwarded.CopyFrom(request)
+            forwarded.header.CopyFrom(resp.header)
+            forwarded.header.process_id.CopyFrom(primary)
+            proxied: pc.StatResponse = await self._peer(
+                shard.route.endpoints[shard.route.primary]
+            ).Stat(forwarded, timeout=context.time_remaining())
+            return proxied
+        replica = self.svc.replicas.get(request.shard)
+        if replica is None:
+            resp.status = pc.Status.SHARD_STOPPED
+            return resp
+        try:
+            await self._wait_read_through(replica, dict(request.read_through))
+        except _Stopped:
+            resp.status = pc.Status.SHARD_STOPPED
+            return resp
+        read_through, publish_at = replica.progress()
+        resp.status = pc.Status.OK
+        resp.read_through.update(read_through)
+        resp.publish_at.update(publish_at)
+        return resp
+
+    async def _wait_read_through(self, replica: Any, want: dict[str, int]) -> None:
+        sources = {s.journal for s in replica.spec.sources}
+        want = {j: o for j, o in want.items() if j in sources and o > 0}
+        while True:
+            if replica.stopping.is_set() or replica.primary_done.done():
+                raise _Stopped
+            if replica.store_ready.is_set():
+                have, _ = replica.progress()
+                if all(have.get(j, 0) >= o for j, o in want.items()):
+                    return
+            waits = [
+                asyncio.ensure_future(replica.wait_progress()),
+                asyncio.ensure_future(replica.store_ready.wait()),
+                asyncio.ensure_future(replica.stopping.wait()),
+            ]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+
+    def _peer(self, endpoint: str) -> Any:
+        ch = self._peers.get(endpoint)
+        if ch is None:
+            ch = self._peers[endpoint] = dial.channel(endpoint)
+        return pc_grpc.ShardStub(ch)
+
+    async def Apply(
+        self, request: pc.ApplyRequest, context: grpc.aio.ServicerContext
+    ) -> pc.ApplyResponse:
+        if await self._invalid(context, request):
+            return pc.ApplyResponse()
+        changes: list[keyspace.Change] = []
+        for change in request.changes:
+            if change.HasField("primary_hints"):
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"Changes: primary_hints of {change.upsert.id}: this consumer has no"
+                    " recovery logs, so no hints to store",
+                )
+                return pc.ApplyResponse()
+            if change.HasField("upsert"):
+                name, value = change.upsert.id, change.upsert.SerializeToString()
+                changes.append(keyspace.Change(name, value, change.expect_mod_revision))
+            else:
+                changes.append(keyspace.Change(change.delete, None, change.expect_mod_revision))
+        ks = self.svc.observed.ks
+        result = await keyspace.apply_changes(self.etcd, ks.root, changes)
+        resp = pc.ApplyResponse()
+        if result.succeeded:
+            with contextlib.suppress(TimeoutError):
+                await ks.wait_for_revision(result.revision, timeout=10.0)
+            resp.status = pc.Status.OK
+        else:
+            resp.status = pc.Status.ETCD_TRANSACTION_FAILED
+        resp.header.CopyFrom(self._header())
+        resp.header.etcd.revision = result.revision
+        return resp
+
+    async def GetHints(
+        self, request: pc.GetHintsRequest, context: grpc.aio.ServicerContext
+    ) -> pc.GetHintsResponse:
+        if await self._invalid(context, request):
+            return pc.GetHintsResponse()
+        resp = pc.GetHintsResponse()
+        resp.header.CopyFrom(self._header())
+        if self._state.find_item(request.shard) == -1:
+            resp.status = pc.Status.SHARD_NOT_FOUND
+            return resp
+        resp.status = pc.Status.OK  # No recovery logs yet: no hints, primary or backup.
+        return resp
+
+    async def Unassign(
+        self, request: pc.UnassignRequest, context: grpc.aio.ServicerContext
+    ) -> pc.UnassignResponse:
+        if await self._invalid(context, request):
+            return pc.UnassignResponse()
+        state = self._state
+        cmps: list[Any] = []
+        ops: list[Any] = []
+        affected: list[str] = []
+        for shard_id in request.shards:
+            index = state.find_item(shard_id)
+            if index == -1:
+                continue
+            for kv in state.assignments_of(index):
+                a: allocator.Assignment = kv.decoded
+                failed = a.value.code == pc.ReplicaStatus.FAILED
+                if failed or (a.slot == 0 and not request.only_failed):
+                    cmps.append(etcd_txn.mod_revision_is(kv.key, kv.mod_revision))
+                    ops.append(etcd_txn.delete(kv.key))
+                    if shard_id not in affected:
+                        affected.append(shard_id)
+        resp = pc.UnassignResponse(status=pc.Status.OK, shards=affected)
+        if request.dry_run or not ops:
+            return resp
+        result = await etcd_txn.commit(self.etcd, cmps, ops)
+        if not result.succeeded:
+            resp.status = pc.Status.ETCD_TRANSACTION_FAILED
+            return resp
+        with contextlib.suppress(TimeoutError):
+            await self.svc.observed.ks.wait_for_revision(int(result.header.revision), timeout=10.0)
+        return resp
+
+
+class _Stopped(Exception):
+    pass
