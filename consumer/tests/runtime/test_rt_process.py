@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import pathlib
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Collection
 from typing import Any
@@ -398,6 +400,19 @@ async def test_shard_api_list_stat_apply_unassign(
             assert all(len(s.route.endpoints) == 2 and s.route.primary != -1 for s in listed.shards)
             one = await stub.List(pc.ListRequest(selector=pb.parse_selector("id=shard-001")))
             assert [s.spec.id for s in one.shards] == ["shard-001"]
+            # gazctl shards list, as a user runs it.
+            out = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "-m", "gazette.gazctl", "shards", "list", "--rf",
+                 "--consumer.address", serving[1].endpoint],
+                capture_output=True, text=True, timeout=60, check=True,
+            )  # fmt: skip
+            lines = out.stdout.splitlines()
+            assert lines[0].split() == ["ID", "Status", "RF", "Primary", "Replicas"]
+            assert [line.split()[:3] for line in lines[1:]] == [
+                ["shard-000", "PRIMARY", "2"],
+                ["shard-001", "PRIMARY", "2"],
+            ], out.stdout
 
             # Stat with a read barrier: it answers once the shard committed through it
             # (from whichever process: a non-primary proxies).

@@ -1,11 +1,11 @@
-"""The ``gazctl`` command tree: the root group and its ``journals`` group.
+"""The ``gazctl`` command tree: the root group and its ``journals`` and ``shards`` groups.
 
 Why click: Gazette's flags are dotted (``--broker.address``, ``--broker.cache.size``)
 and click takes such names as they are, with environment-variable defaults
 (``BROKER_ADDRESS``), typed choices and generated ``--help``; typer derives
 flag names from Python parameter names, which can't spell those.
 
-The command groups are built in their own modules (:mod:`journals`) and only
+The command groups are built in their own modules (:mod:`journals`, :mod:`shards`) and only
 added here, so nothing imports this module but the entry points.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import click
 
-from gazette.gazctl import journals
+from gazette.gazctl import journals, shards
 
 __all__ = ["gazctl", "main"]
 
@@ -29,10 +29,12 @@ def gazctl() -> None:
       gazctl journals list -l topic=logs
       echo hello | gazctl journals append -l name=examples/logs/one
       gazctl journals read -l name=examples/logs/one
+      gazctl shards list --consumer.address http://localhost:8090
     """
 
 
 gazctl.add_command(journals.group)
+gazctl.add_command(shards.group)
 
 
 def main() -> None:

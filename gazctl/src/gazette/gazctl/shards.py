@@ -1,0 +1,176 @@
+"""``gazctl shards <command>``: consumer shards, through a consumer process's ``consumer.Shard`` API.
+
+Gazette's ``cmd/gazctl/gazctlcmd/shards_list.go`` and ``shards_unassign.go``:
+
+- ``list``: shards as a table (id, status reduced over replicas, primary,
+  replicas, label columns) or JSON;
+- ``unassign``: remove shards' primary (or only their FAILED) assignments so
+  the allocator assigns them afresh.
+
+Commands dial ``--consumer.address`` (any process of the application: it
+answers from etcd, and a Stat goes on to the shard's primary).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import click
+from google.protobuf import json_format
+
+from gazette.broker import protocol as pb
+from gazette.broker.protocol import dial
+from gazette.consumer import protocol as pc
+from gazette.consumer.protocol import protocol_pb2_grpc as pc_grpc
+from gazette.gazctl import options, output, runner
+
+__all__ = ["group"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_CODE_NAMES = {v: k for k, v in pc.ReplicaStatus.Code.items()}
+
+
+def consumer_address(fn: F) -> F:
+    """Add ``--consumer.address`` (env ``CONSUMER_ADDRESS``) as an ``address`` argument."""
+
+    @click.option(
+        "--consumer.address",
+        "address",
+        envvar="CONSUMER_ADDRESS",
+        default="http://localhost:8080",
+        show_default=True,
+        help="Service address of a consumer process of the application (env CONSUMER_ADDRESS).",
+    )
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group("shards")
+def group() -> None:
+    """Interact with consumer shards: list, unassign."""
+
+
+async def _list(address: str, selector: pb.LabelSelector) -> pc.ListResponse:
+    async with dial.channel(address) as ch:
+        resp: pc.ListResponse = await pc_grpc.ShardStub(ch).List(
+            pc.ListRequest(selector=selector), timeout=30
+        )
+    if resp.status != pc.Status.OK:
+        raise click.ClickException(f"List: {pc.Status.Name(resp.status)}")
+    return resp
+
+
+def _reduced(statuses: Sequence[pc.ReplicaStatus]) -> str:
+    code = max((s.code for s in statuses), default=pc.ReplicaStatus.IDLE)
+    return _CODE_NAMES.get(code, str(code))
+
+
+def _table(resp: pc.ListResponse, label_columns: Sequence[str], rf: bool) -> str:
+    header = ["ID", "Status", *(["RF"] if rf else []), "Primary", "Replicas", *label_columns]
+    rows = []
+    for shard in resp.shards:
+        route, statuses = shard.route, list(shard.status)
+        primary = "<none>"
+        replicas = []
+        for i, (m, st) in enumerate(zip(route.members, statuses, strict=False)):
+            text = f"{m.suffix}:{_CODE_NAMES.get(st.code, str(st.code))}"
+            if i == route.primary:
+                primary = text
+            else:
+                replicas.append(text)
+        row = [shard.spec.id, _reduced(statuses)]
+        if rf:
+            row.append("0" if shard.spec.disable else str(shard.spec.hot_standbys + 1))
+        row += [primary, ",".join(replicas)]
+        row += [",".join(pb.values_of(shard.spec.labels, c)) for c in label_columns]
+        rows.append(row)
+    return output.table(header, rows)
+
+
+@group.command("list")
+@consumer_address
+@options.selector_option(required=False)
+@click.option(
+    "-o",
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="Output format.",
+)
+@click.option(
+    "-L", "--label-columns", default="", help="Labels to show as columns, comma separated."
+)
+@click.option("--rf", is_flag=True, help="Show each shard's replication factor.")
+def list_cmd(address: str, selector: str, fmt: str, label_columns: str, rf: bool) -> None:
+    """List shards, optionally restricted by a label selector (on their labels and 'id').
+
+    \b
+    Examples:
+      gazctl shards list --consumer.address http://localhost:8090
+      gazctl shards list -l id=chunks-part-000 -o json
+    """
+    sel = options.parse_selector(selector)
+
+    async def go() -> None:
+        resp = await _list(address, sel)
+        if fmt == "json":
+            click.echo(
+                json_format.MessageToJson(
+                    resp,
+                    preserving_proto_field_name=True,
+                    always_print_fields_with_no_presence=True,
+                )
+            )
+        else:
+            columns = [c for c in label_columns.split(",") if c]
+            click.echo(_table(resp, columns, rf), nl=False)
+
+    runner.run(go())
+
+
+@group.command("unassign")
+@consumer_address
+@options.selector_option(required=True)
+@click.option("--failed", is_flag=True, help="Only remove FAILED assignments.")
+@click.option("--dry-run", is_flag=True, help="Say what would be removed, remove nothing.")
+def unassign_cmd(address: str, selector: str, failed: bool, dry_run: bool) -> None:
+    """Remove the primary (or, with --failed, the FAILED) assignments of the selected shards.
+
+    The allocator then assigns them again: a way to restart a failed shard.
+    """
+    sel = options.parse_selector(selector)
+
+    async def go() -> None:
+        resp = await _list(address, sel)
+        ids = [s.spec.id for s in resp.shards]
+        if failed:
+            ids = [
+                s.spec.id
+                for s in resp.shards
+                if any(st.code == pc.ReplicaStatus.FAILED for st in s.status)
+            ]
+        done: list[str] = []
+        async with dial.channel(address) as ch:
+            stub = pc_grpc.ShardStub(ch)
+            for i in range(0, len(ids), 100):
+                out = await stub.Unassign(
+                    pc.UnassignRequest(
+                        shards=ids[i : i + 100], only_failed=failed, dry_run=dry_run
+                    ),
+                    timeout=10,
+                )
+                if out.status != pc.Status.OK:
+                    raise click.ClickException(f"Unassign: {pc.Status.Name(out.status)}")
+                done += list(out.shards)
+        verb = "would unassign" if dry_run else "unassigned"
+        click.echo(f"{verb} {len(done)} shard(s): {', '.join(done) or '-'}")
+
+    runner.run(go())
