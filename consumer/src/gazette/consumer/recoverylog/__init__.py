@@ -9,14 +9,18 @@ Key types (generated, from `recorded_op_pb2`): `RecordedOp`, `Segment`,
 `FnodeSegments`, `FSMHints`, `Property`. Validation: `validate_segment`,
 `validate_fsm_hints` (raising `gazette.broker.protocol.ValidationError`).
 
-The log's logic, as Gazette's ``consumer/recoverylog`` (recorder, player and
-the stores recorded through them come next):
+The log's logic, as Gazette's ``consumer/recoverylog`` (the stores recorded
+through them, hints in etcd and standbys come next):
 
 * :mod:`~.ops` — ops as the log holds them (fixed frames), author registers;
 * :mod:`~.fsm` — :class:`FSM`, the files a sequence of ops makes, with their
   CRC-32C-chained sequence and the segments each live file needs;
 * :mod:`~.segments` — :class:`SegmentSet`, ordered and merged segments;
 * :mod:`~.hints` — FSMHints and their etcd encoding (Go's JSON);
+* :mod:`~.recorder` — :class:`Recorder`, file operations appended to the log,
+  fenced by the log's ``author`` register;
+* :mod:`~.player` — :class:`Player`, a log replayed into a directory, and the
+  hand-off that makes a new recorder the log's only writer;
 * :mod:`~.errors` — the error hierarchy.
 
 Usage::
@@ -33,6 +37,7 @@ from gazette.consumer.recoverylog import errors
 from gazette.consumer.recoverylog.fsm import FSM, checksum_update
 from gazette.consumer.recoverylog.hints import hints_from_value, hints_to_json, live_log_segments
 from gazette.consumer.recoverylog.ops import decode_op, encode_op, format_author
+from gazette.consumer.recoverylog.player import Player
 from gazette.consumer.recoverylog.recorded_op_pb2 import (
     FnodeSegments,
     FSMHints,
@@ -40,6 +45,7 @@ from gazette.consumer.recoverylog.recorded_op_pb2 import (
     RecordedOp,
     Segment,
 )
+from gazette.consumer.recoverylog.recorder import Recorder, author_selector
 from gazette.consumer.recoverylog.segments import SegmentSet
 from gazette.consumer.recoverylog.validation import validate_fsm_hints, validate_segment
 
@@ -47,10 +53,13 @@ __all__ = [
     "FSM",
     "FSMHints",
     "FnodeSegments",
+    "Player",
     "Property",
     "RecordedOp",
+    "Recorder",
     "Segment",
     "SegmentSet",
+    "author_selector",
     "checksum_update",
     "decode_op",
     "encode_op",

@@ -1,0 +1,164 @@
+"""Recorder: a store's file operations, appended to its recovery log as they happen.
+
+Gazette's ``consumer/recoverylog/recorder.go``. Each operation becomes a
+RecordedOp (sequence number and checksum from the :class:`FSM`, the
+recorder's author) appended to the log through the shard's
+:class:`~gazette.broker.client.AppendService`, in order, and applied to the
+FSM so :meth:`Recorder.build_hints` knows which segments hold live files.
+
+Fencing: every append checks the log's ``author`` register equals this
+recorder's author. A newer primary's player sets that register when it takes
+over (its hand-off), so a zombie's appends never land: the append service
+retries them until the zombie's shard is cancelled, and its commits never
+resolve.
+
+Paths are recorded relative to the recorder's directory, as ``/name``, so a
+log replays into any directory.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+from gazette.broker import client
+from gazette.broker import protocol as pb
+from gazette.consumer.recoverylog import errors
+from gazette.consumer.recoverylog.fsm import FSM
+from gazette.consumer.recoverylog.ops import encode_op, format_author
+from gazette.consumer.recoverylog.recorded_op_pb2 import FSMHints, RecordedOp
+
+__all__ = ["Recorder", "author_selector"]
+
+
+def author_selector(author: int) -> pb.LabelSelector:
+    """The register check of a recorder: ``author=<base32 author>``."""
+    sel = pb.LabelSelector()
+    sel.include.labels.add(name="author", value=format_author(author))
+    return sel
+
+
+class Recorder:
+    """Records file operations under ``directory`` into journal ``log``."""
+
+    def __init__(
+        self,
+        fsm: FSM,
+        author: int,
+        directory: str | os.PathLike[str],
+        appends: client.AppendService,
+        log: str,
+    ) -> None:
+        path = pathlib.Path(directory)
+        if not path.is_absolute():
+            raise ValueError(f"recorder directory must be absolute: {path}")
+        self.fsm = fsm
+        self.author = author
+        self.directory = path
+        self.appends = appends
+        self.log = log
+        self._request = pb.AppendRequest(journal=log)
+        self._request.check_registers.CopyFrom(author_selector(author))
+        self._write_head = 0
+        self._tracked: client.AsyncAppend | None = None
+
+    async def start(self) -> None:
+        """Learn the log's write head; when recording into a log other than the one
+        recovered from, take it over by setting its ``author`` register."""
+        head = await client.append(self.appends.client, self.log, b"")
+        self._write_head = int(head.commit.end)
+        if self.log != self.fsm.last_log:
+            request = pb.AppendRequest(journal=self.log)
+            request.union_registers.labels.add(name="author", value=format_author(self.author))
+            op = RecordedOp(
+                seq_no=self.fsm.next_seq_no, checksum=self.fsm.next_checksum, author=self.author
+            )
+            frame, payload = encode_op(op)
+            aa = self.appends.append(request, frame)
+            self._apply(op, payload)
+            await aa
+
+    def rel(self, path: str | os.PathLike[str]) -> str:
+        """``path`` as recorded: relative to the directory, rooted at ``/``."""
+        p = pathlib.Path(path)
+        if p.is_absolute():
+            p = p.relative_to(self.directory)
+        return "/" + p.as_posix().lstrip("/")
+
+    # -- operations -------------------------------------------------------
+
+    def record_create(self, path: str | os.PathLike[str]) -> int:
+        """A new (or truncated) file at ``path``; returns its fnode."""
+        rel = self.rel(path)
+        if rel in self.fsm.properties:
+            raise errors.RecoveryLogError(f"{rel} is a property, not a file")
+        old = self.fsm.links.get(rel)
+        if old is not None:
+            self._record(RecordedOp(unlink=RecordedOp.Link(fnode=old, path=rel)))
+        op = RecordedOp(create=RecordedOp.Create(path=rel))
+        self._record(op)
+        return int(op.seq_no)
+
+    def record_write_at(self, fnode: int, data: bytes, offset: int) -> None:
+        """``data`` written at ``offset`` of file ``fnode``."""
+        if fnode not in self.fsm.live_nodes:
+            raise errors.RecoveryLogError(f"fnode {fnode} is not a live file")
+        op = RecordedOp(write=RecordedOp.Write(fnode=fnode, offset=offset, length=len(data)))
+        self._record(op, data)
+
+    def record_remove(self, path: str | os.PathLike[str]) -> None:
+        rel = self.rel(path)
+        fnode = self._fnode(rel)
+        self._record(RecordedOp(unlink=RecordedOp.Link(fnode=fnode, path=rel)))
+
+    def record_link(self, src: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+        fnode = self._fnode(self.rel(src))
+        self._record(RecordedOp(link=RecordedOp.Link(fnode=fnode, path=self.rel(target))))
+
+    def record_rename(self, src: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+        s, t = self.rel(src), self.rel(target)
+        fnode = self._fnode(s)
+        replaced = self.fsm.links.get(t)
+        if replaced is not None:
+            self._record(RecordedOp(unlink=RecordedOp.Link(fnode=replaced, path=t)))
+        self._record(RecordedOp(link=RecordedOp.Link(fnode=fnode, path=t)))
+        self._record(RecordedOp(unlink=RecordedOp.Link(fnode=fnode, path=s)))
+
+    def barrier(self, wait_for: list[client.AsyncOperation] | None = None) -> client.AsyncAppend:
+        """An empty append after everything recorded so far (and after ``wait_for``)."""
+        with self.appends.start_append(self._request, wait_for or ()) as aa:
+            pass
+        return aa
+
+    async def build_hints(self) -> FSMHints:
+        """Hints of the live files, once every op they name is durably in the log."""
+        hints = self.fsm.build_hints(self.log)
+        await self.barrier()
+        return hints
+
+    def _fnode(self, rel: str) -> int:
+        fnode = self.fsm.links.get(rel)
+        if fnode is None:
+            raise errors.RecoveryLogError(f"{rel} is not a recorded file")
+        return fnode
+
+    def _record(self, op: RecordedOp, data: bytes = b"") -> None:
+        op.author = self.author
+        op.seq_no = self.fsm.next_seq_no
+        op.checksum = self.fsm.next_checksum
+        frame, payload = encode_op(op)
+        with self.appends.start_append(self._request) as aa:
+            aa.write(frame)
+            if data:
+                aa.write(data)
+        # The op is somewhere after the write head we know of (a lower bound).
+        tracked = self._tracked
+        if tracked is not None and tracked.done() and tracked.error is None:
+            self._write_head = max(self._write_head, int(tracked.response.commit.end))
+        if tracked is None or tracked.done():
+            self._tracked = aa
+        self._apply(op, payload)
+
+    def _apply(self, op: RecordedOp, payload: bytes) -> None:
+        op.first_offset, op.last_offset, op.log = self._write_head, 0, self.log
+        self.fsm.apply(op, payload)
