@@ -460,3 +460,92 @@ async def test_shard_api_list_stat_apply_unassign(
             await asyncio.gather(*tasks, return_exceptions=True)
     for t in tasks:
         assert t.exception() is None
+
+
+class Tally:
+    """Counts messages into a JSONFileStore recorded into the shard's recovery log."""
+
+    def __init__(self) -> None:
+        self.stores: dict[str, Any] = {}
+
+    async def new_store(self, shard: Any) -> Any:
+        from gazette.consumer.runtime import store_json_file
+
+        recorder = shard.recorder
+        assert recorder is not None, "the spec names a recovery log"
+        store = store_json_file.JSONFileStore(recorder.directory, {"n": 0}, recorder)
+        self.stores[shard.id] = store
+        return store
+
+    def new_message(self, spec: pb.JournalSpec) -> message.Message:
+        return Num()
+
+    async def consume_message(
+        self, shard: Any, store: Any, env: message.Envelope, pub: message.Publisher
+    ) -> None:
+        if message.get_flags(env.message.get_uuid()) != message.Flags.ACK_TXN:
+            store.state["n"] += 1
+
+    async def finalize_txn(self, shard: Any, store: Any, pub: message.Publisher) -> None:
+        pass
+
+
+async def test_a_new_primary_recovers_its_store_from_the_recovery_log(
+    cluster: tuple[server_testing.InProcessCluster, client.JournalClient],
+    etcd_server: ks_testing.EtcdServer,
+    etcd: Any,
+) -> None:
+    brokers, jc = cluster
+    prefix = "/gazette/consumers/rt-recovery"
+    log_journal = "rt-recovery/shard-rec"
+    spec = testing.journal_spec(
+        log_journal, labels=[(pb.LABEL_CONTENT_TYPE, "application/x-gazette-recoverylog")]
+    )
+    await client.apply_journals(jc, pb.ApplyRequest(changes=[pb.ApplyRequest.Change(upsert=spec)]))
+    shard = shard_spec("shard-rec", SOURCES[0])
+    shard.hot_standbys = 0
+    shard.recovery_log_prefix = "rt-recovery"
+    shard.hint_prefix = "/gazette/hints/rt"
+    shard.hint_backups = 2
+    await keyspace.apply_changes(etcd, prefix, [(shard.id, shard.SerializeToString(), 0)])
+
+    async def publish(count: int) -> int:
+        async with client.AppendService(jc) as svc:
+            pub = message.Publisher(svc)
+            for i in range(count):
+                pub.publish_committed(lambda _m: (SOURCES[0], NDJSON), Num({"UUID": "", "n": i}))
+            for op in svc.pending_except(""):
+                await op
+        return int((await client.append(jc, SOURCES[0], b"")).commit.end)
+
+    async def run_until(app: Tally, name: str, n: int) -> None:
+        stop = asyncio.Event()
+        cfg = consumer_config(etcd_server.endpoint, brokers[0].endpoint, prefix, name)
+        task = asyncio.create_task(process.serve(cfg, app, stop=stop))
+        try:
+            async with asyncio.timeout(30):
+                while True:
+                    store = app.stores.get("shard-rec")
+                    if store is not None and store.state["n"] >= n:
+                        cp = await store.restore_checkpoint(None)
+                        if cp.sources[SOURCES[0]].read_through >= head:
+                            break
+                    await asyncio.sleep(0.1)
+        finally:
+            stop.set()
+            async with asyncio.timeout(30):
+                await task
+
+    head = await publish(25)
+    first = Tally()
+    await run_until(first, "consumer-a", 25)
+    first_dir = first.stores["shard-rec"].directory
+    assert not first_dir.exists(), "the local copy goes with the assignment"
+
+    # Another process (an empty disk) takes the shard: it replays the log, then goes on.
+    head = await publish(15)
+    second = Tally()
+    await run_until(second, "consumer-b", 40)
+    assert second.stores["shard-rec"].state == {"n": 40}, "recovered 25, then 15 more, once each"
+    backup = await etcd.get(b"/gazette/hints/rt/shard-rec.backup.0")
+    assert backup is not None and b'"log":"rt-recovery/shard-rec"' in backup.value

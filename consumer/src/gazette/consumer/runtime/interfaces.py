@@ -30,6 +30,7 @@ from gazette import message
 from gazette.broker import protocol as pb
 from gazette.broker.client import AppendService, AsyncOperation, JournalClient
 from gazette.consumer import protocol as pc
+from gazette.consumer import recoverylog as rl
 from gazette.consumer.runtime import errors
 
 __all__ = [
@@ -81,6 +82,10 @@ class Shard(Protocol):
     @property
     def append_service(self) -> AppendService:
         """The shard's appends: everything appended through it is awaited before a commit."""
+
+    @property
+    def recorder(self) -> rl.Recorder | None:
+        """Records the store's files into the shard's recovery log (None without one)."""
 
     def progress(self) -> tuple[dict[str, int], dict[str, int]]:
         """(read-through offsets of committed transactions, publish-at offsets of their ACKs)."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
@@ -32,7 +33,15 @@ from gazette.allocator import txn as etcd_txn
 from gazette.broker import protocol as pb
 from gazette.broker.client import AppendService, AsyncOperation, JournalClient
 from gazette.consumer import protocol as pc
-from gazette.consumer.runtime import checkpoints, errors, interfaces, metrics, transaction
+from gazette.consumer import recoverylog as rl
+from gazette.consumer.runtime import (
+    checkpoints,
+    errors,
+    interfaces,
+    metrics,
+    recovery,
+    transaction,
+)
 
 __all__ = ["ShardReplica", "ShardServices"]
 
@@ -83,6 +92,7 @@ class ShardReplica:
         self._publish_at: dict[str, int] = {}
         self._progressed = asyncio.Event()
         self.store: interfaces.Store | None = None
+        self._recorder: rl.Recorder | None = None
         self.store_ready = asyncio.Event()
         self.primary_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.status_code = int(_Code.IDLE)
@@ -118,6 +128,10 @@ class ShardReplica:
         if self._appends is None:
             raise RuntimeError(f"shard {self.id} is not primary: it has no append service")
         return self._appends
+
+    @property
+    def recorder(self) -> rl.Recorder | None:
+        return self._recorder
 
     def progress(self) -> tuple[dict[str, int], dict[str, int]]:
         return dict(self._read_through), dict(self._publish_at)
@@ -214,6 +228,10 @@ class ShardReplica:
                     await store.destroy()
                 except Exception as e:  # noqa: BLE001 - tearing down; nothing to fail.
                     log.warning("shard %s: destroying its store: %s", fqn, e)
+            recorder, self._recorder = self._recorder, None
+            if recorder is not None:
+                # The log holds the store: its local copy goes with the assignment.
+                shutil.rmtree(recorder.directory, ignore_errors=True)
 
     async def _lifecycle(self) -> None:
         await self.set_status(int(_Code.STANDBY))
@@ -226,6 +244,13 @@ class ShardReplica:
         app = svc.app
         async with AppendService(svc.journal_client) as appends:
             self._appends = appends
+            spec = self.spec
+            if pc.recovery_log(spec):
+                self._recorder = await recovery.recover(
+                    svc.etcd, svc.journal_client, appends, spec, self._assignment
+                )
+                assert self._group is not None
+                self._group.spawn("store hints", self._store_hints())
             store = self.store = await app.new_store(self)
             cp = await store.restore_checkpoint(self)
             self.signal_progress(checkpoints.flatten_read_through(cp), {})
@@ -235,6 +260,21 @@ class ShardReplica:
             while True:
                 await self._run_transactions(app, store, publisher, cp)
                 cp = await store.restore_checkpoint(self)
+
+    async def _store_hints(self) -> None:
+        """Store the recorder's hints as the shard's primary hints, periodically."""
+        while True:
+            await asyncio.sleep(recovery.HINTS_INTERVAL_S)
+            recorder = self._recorder
+            if recorder is None:
+                return
+            hints = await recorder.build_hints()
+            try:
+                await recovery.store_hints(
+                    self._svc.etcd, pc.hint_primary_key(self.spec), hints, self._assignment
+                )
+            except allocator.errors.EtcdError as e:
+                log.warning("shard %s: storing hints: %s", self.fqn, e)
 
     async def _run_transactions(
         self,

@@ -12,9 +12,12 @@ syncs the directory: the state and its checkpoint replace the previous pair
 at once, whatever happens to the process. The whole state is written at every
 commit, so keep it small.
 
-Without a recovery log (Consumers II) the directory is the store: it must
-outlive the process (a persistent volume), and it is not replicated to
-standbys. Gazette always records it into the shard's recovery log.
+With a recorder (the shard's spec names a recovery log), every commit is
+also recorded into the log — ``next.json`` created and written, renamed over
+``state.json`` — after a log barrier on the transaction's appends, and the
+commit is the log append that follows: a new primary replays the log and
+finds the same file. Without one, the directory is the store: it must
+outlive the process (a persistent volume).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 
 from gazette.broker.client import AsyncOperation
 from gazette.consumer import protocol as pc
+from gazette.consumer import recoverylog as rl
 from gazette.consumer.runtime import checkpoints, errors, interfaces
 
 __all__ = ["JSONFileStore"]
@@ -36,8 +40,14 @@ __all__ = ["JSONFileStore"]
 class JSONFileStore:
     """A :class:`~gazette.consumer.runtime.interfaces.Store` of one JSON state in ``directory``."""
 
-    def __init__(self, directory: str | os.PathLike[str], state: Any) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        state: Any,
+        recorder: rl.Recorder | None = None,
+    ) -> None:
         self.directory = pathlib.Path(directory)
+        self.recorder = recorder
         self.directory.mkdir(parents=True, exist_ok=True)
         #: The application's state; written whole at every commit.
         self.state: Any = state
@@ -91,12 +101,31 @@ class JSONFileStore:
         cp = pc.Checkpoint()
         cp.CopyFrom(checkpoint)
 
-        async def commit() -> None:
-            await interfaces.await_dependencies(wait_for, str(self.directory))
-            await asyncio.to_thread(self._write, body)
+        rec = self.recorder
+        if rec is None:
+
+            async def commit() -> None:
+                await interfaces.await_dependencies(wait_for, str(self.directory))
+                await asyncio.to_thread(self._write, body)
+                self._checkpoint = cp
+
+            return shard.run_operation("json commit", commit())
+
+        # Recorded: the ops queue behind a barrier on the transaction's appends (the log
+        # is FIFO), and the commit is the barrier after them.
+        rec.barrier(list(wait_for))
+        self._write(body)
+        nxt, current = self.directory / "next.json", self.directory / "state.json"
+        fnode = rec.record_create(nxt)
+        rec.record_write_at(fnode, body, 0)
+        rec.record_rename(nxt, current)
+        done = rec.barrier()
+
+        async def recorded() -> None:
+            await done
             self._checkpoint = cp
 
-        return shard.run_operation("json commit", commit())
+        return shard.run_operation("json commit (recorded)", recorded())
 
     def _write(self, body: bytes) -> None:
         nxt = self.directory / "next.json"
