@@ -9,6 +9,7 @@ own tests (test_store_sql.py) and the stream-sum test runs them all together.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import pathlib
 import subprocess
@@ -549,3 +550,88 @@ async def test_a_new_primary_recovers_its_store_from_the_recovery_log(
     assert second.stores["shard-rec"].state == {"n": 40}, "recovered 25, then 15 more, once each"
     backup = await etcd.get(b"/gazette/hints/rt/shard-rec.backup.0")
     assert backup is not None and b'"log":"rt-recovery/shard-rec"' in backup.value
+
+
+async def test_a_hot_standby_takes_over_from_a_crashed_primary(
+    cluster: tuple[server_testing.InProcessCluster, client.JournalClient],
+    etcd_server: ks_testing.EtcdServer,
+    etcd: Any,
+) -> None:
+    brokers, jc = cluster
+    prefix = "/gazette/consumers/rt-standby"
+    log_journal = "rt-standby/shard-hot"
+    spec = testing.journal_spec(
+        log_journal, labels=[(pb.LABEL_CONTENT_TYPE, "application/x-gazette-recoverylog")]
+    )
+    await client.apply_journals(jc, pb.ApplyRequest(changes=[pb.ApplyRequest.Change(upsert=spec)]))
+    shard = shard_spec("shard-hot", SOURCES[1])
+    shard.hot_standbys = 1
+    shard.recovery_log_prefix = "rt-standby"
+    shard.hint_prefix = "/gazette/hints/rt-standby"
+    shard.hint_backups = 1
+    await keyspace.apply_changes(etcd, prefix, [(shard.id, shard.SerializeToString(), 0)])
+
+    async def statuses() -> dict[str, int]:
+        out = {}
+        for kv in await etcd.get_prefix(f"{prefix}/assign/shard-hot#".encode()):
+            member = kv.key.decode().split("#")[2]
+            out[member] = pc.ReplicaStatus.FromString(kv.value).code
+        return out
+
+    async def publish(count: int) -> int:
+        async with client.AppendService(jc) as svc:
+            pub = message.Publisher(svc)
+            for i in range(count):
+                pub.publish_committed(lambda _m: (SOURCES[1], NDJSON), Num({"UUID": "", "n": i}))
+            for op in svc.pending_except(""):
+                await op
+        return int((await client.append(jc, SOURCES[1], b"")).commit.end)
+
+    apps = {name: Tally() for name in ("consumer-x", "consumer-y")}
+    stops = {name: asyncio.Event() for name in apps}
+    tasks = {
+        name: asyncio.create_task(
+            process.serve(
+                consumer_config(etcd_server.endpoint, brokers[0].endpoint, prefix, name),
+                apps[name],
+                stop=stops[name],
+            )
+        )
+        for name in apps
+    }
+    try:
+        async with asyncio.timeout(30):
+            while True:
+                st = await statuses()
+                if sorted(st.values()) == [pc.ReplicaStatus.STANDBY, pc.ReplicaStatus.PRIMARY]:
+                    break
+                await asyncio.sleep(0.1)
+        primary = next(m for m, c in st.items() if c == pc.ReplicaStatus.PRIMARY)
+        standby = next(m for m in st if m != primary)
+        head = await publish(30)
+
+        async def counted(app: Tally, n: int) -> None:
+            async with asyncio.timeout(30):
+                while True:
+                    store = app.stores.get("shard-hot")
+                    if store is not None and store.state["n"] >= n:
+                        cp = await store.restore_checkpoint(None)
+                        if cp.sources[SOURCES[1]].read_through >= head:
+                            return
+                    await asyncio.sleep(0.1)
+
+        await counted(apps[primary], 30)
+        # The primary crashes (no drain, its lease runs out): the standby, which followed
+        # the log all along, is promoted, hands the log off and goes on.
+        tasks[primary].cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await tasks[primary]
+        head = await publish(12)
+        await counted(apps[standby], 42)
+        assert apps[standby].stores["shard-hot"].state == {"n": 42}
+        assert (await statuses()).get(standby) == pc.ReplicaStatus.PRIMARY
+    finally:
+        for stop in stops.values():
+            stop.set()
+        async with asyncio.timeout(30):
+            await asyncio.gather(*tasks.values(), return_exceptions=True)

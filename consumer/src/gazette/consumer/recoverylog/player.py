@@ -14,6 +14,8 @@ the live files are linked into place.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import pathlib
@@ -54,8 +56,19 @@ class Player:
         self._offset = 0  # Log offset of _buf[0].
         self._last_applied = (0, 0)  # (author, seq_no) of the last op the FSM applied.
 
-    async def play(self, handoff_author: int | None = None) -> FSM:
-        """Replay to the write head (handing the log off to ``handoff_author`` if given)."""
+    async def play(
+        self,
+        handoff_author: int | None = None,
+        *,
+        tailing: asyncio.Event | None = None,
+        tail_until: asyncio.Event | None = None,
+    ) -> FSM:
+        """Replay to the write head (handing the log off to ``handoff_author`` if given).
+
+        A hot standby passes ``tail_until``: having reached the head (``tailing``
+        is set then), it goes on applying what the primary appends until the
+        event is set — its promotion — and only then hands off.
+        """
         journal = self.hints.log
         if self.directory.exists():
             shutil.rmtree(self.directory)
@@ -70,6 +83,21 @@ class Player:
         start = self.fsm.hinted_segments[0].first_offset if self.fsm.has_remaining_hints else 0
         self._offset = start
         await self._read(journal, start, head)
+        if tailing is not None:
+            tailing.set()
+        if tail_until is not None and not tail_until.is_set():
+            follow = asyncio.ensure_future(self._read(journal, self._offset + len(self._buf), None))
+            until = asyncio.ensure_future(tail_until.wait())
+            try:
+                await asyncio.wait((follow, until), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for t in (follow, until):
+                    t.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await follow
+            failure = follow.exception() if not follow.cancelled() else None
+            if failure is not None:
+                raise failure
         while handoff_author is not None:
             op = RecordedOp(
                 seq_no=self.fsm.next_seq_no,
@@ -89,10 +117,11 @@ class Player:
         self._make_live()
         return self.fsm
 
-    async def _read(self, journal: str, offset: int, until: int) -> None:
-        if offset >= until:
+    async def _read(self, journal: str, offset: int, until: int | None) -> None:
+        """Read and apply ``[offset, until)`` (``until`` None: for ever, following the head)."""
+        if until is not None and offset >= until:
             return
-        request = pb.ReadRequest(journal=journal, offset=offset, end_offset=until, block=True)
+        request = pb.ReadRequest(journal=journal, offset=offset, end_offset=until or 0, block=True)
         async with client.RetryReader(self.jc, request) as rr:
             async for chunk in rr:
                 if rr.offset - len(chunk) != self._offset + len(self._buf):

@@ -19,6 +19,7 @@ by its assignment, so a later recovery reads only the live part of the log.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import pathlib
@@ -33,7 +34,7 @@ from gazette.consumer import protocol as pc
 from gazette.consumer import recoverylog as rl
 from gazette.consumer.runtime import errors
 
-__all__ = ["fetch_hints", "recover", "store_hints"]
+__all__ = ["Playback", "fetch_hints", "play", "start_recording", "store_hints"]
 
 log = logging.getLogger(__name__)
 
@@ -94,31 +95,61 @@ async def store_recovered_hints(
     )
 
 
-def _new_dir(shard_id: str) -> str:
-    return os.path.realpath(tempfile.mkdtemp(prefix=shard_id.replace("/", "_") + "-"))
+def new_dir(shard_id: str) -> pathlib.Path:
+    """A fresh local directory for a shard's store (``<id with / as _>-<random>``)."""
+    return pathlib.Path(os.path.realpath(tempfile.mkdtemp(prefix=shard_id.replace("/", "_") + "-")))
 
 
-async def recover(
+@dataclasses.dataclass
+class Playback:
+    """A recovery log played into ``directory`` and handed off to ``author``."""
+
+    fsm: rl.FSM
+    author: int
+    directory: pathlib.Path
+    hints: rl.FSMHints  # What it recovered with (to store as a backup).
+
+
+async def play(
     etcd: Any,
     jc: client.JournalClient,
+    spec: pc.ShardSpec,
+    directory: pathlib.Path,
+    *,
+    tailing: asyncio.Event | None = None,
+    promoted: asyncio.Event | None = None,
+) -> Playback:
+    """Play ``spec``'s recovery log into ``directory`` (a standby follows it until
+    ``promoted``), then hand it off to a new random author."""
+    hints = await fetch_hints(etcd, spec)
+    author = random.randint(1, (1 << 32) - 2)
+    fsm = await rl.Player(jc, hints, directory).play(
+        handoff_author=author, tailing=tailing, tail_until=promoted
+    )
+    return Playback(fsm, author, directory, fsm.build_hints(fsm.last_log))
+
+
+async def start_recording(
+    etcd: Any,
     appends: client.AppendService,
     spec: pc.ShardSpec,
+    playback: Playback,
     assignment: allocator.keys.KeyValue,
 ) -> rl.Recorder:
-    """Play ``spec``'s recovery log into a new directory, take the log over, and return
-    the Recorder a store records into from now on."""
+    """The Recorder a primary's store records into, from where the playback ended."""
     journal = pc.recovery_log(spec)
-    hints = await fetch_hints(etcd, spec)
-    directory = pathlib.Path(await asyncio.to_thread(_new_dir, spec.id))
-    author = random.randint(1, (1 << 32) - 2)
-    fsm = await rl.Player(jc, hints, directory).play(handoff_author=author)
-    recovered = fsm.build_hints(fsm.last_log)
-    recorder = rl.Recorder(fsm, author, directory, appends, journal)
+    recorder = rl.Recorder(playback.fsm, playback.author, playback.directory, appends, journal)
     await recorder.start()
-    if recovered.log == journal:
+    if playback.hints.log == journal:
         try:
-            await store_recovered_hints(etcd, spec, recovered, assignment)
+            await store_recovered_hints(etcd, spec, playback.hints, assignment)
         except allocator.errors.EtcdError as e:
             log.warning("shard %s: storing recovered hints: %s", spec.id, e)
-    log.info("shard %s: recovered %s into %s (author %d)", spec.id, journal, directory, author)
+    log.info(
+        "shard %s: recovered %s into %s (author %d)",
+        spec.id,
+        journal,
+        playback.directory,
+        playback.author,
+    )
     return recorder

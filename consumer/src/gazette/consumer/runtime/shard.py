@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import pathlib
 import shutil
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
@@ -93,6 +94,7 @@ class ShardReplica:
         self._progressed = asyncio.Event()
         self.store: interfaces.Store | None = None
         self._recorder: rl.Recorder | None = None
+        self._local_dir: pathlib.Path | None = None
         self.store_ready = asyncio.Event()
         self.primary_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.status_code = int(_Code.IDLE)
@@ -228,26 +230,48 @@ class ShardReplica:
                     await store.destroy()
                 except Exception as e:  # noqa: BLE001 - tearing down; nothing to fail.
                     log.warning("shard %s: destroying its store: %s", fqn, e)
-            recorder, self._recorder = self._recorder, None
-            if recorder is not None:
+            self._recorder = None
+            local, self._local_dir = self._local_dir, None
+            if local is not None:
                 # The log holds the store: its local copy goes with the assignment.
-                shutil.rmtree(recorder.directory, ignore_errors=True)
+                await asyncio.to_thread(shutil.rmtree, local, True)
 
     async def _lifecycle(self) -> None:
-        await self.set_status(int(_Code.STANDBY))
-        await self._promoted.wait()
+        playback: recovery.Playback | None = None
+        if pc.recovery_log(self.spec):
+            # A hot standby: BACKFILL while it replays the log, STANDBY once it follows
+            # the head; promoted, it hands the log off and serves from what it replayed.
+            await self.set_status(int(_Code.BACKFILL))
+            tailing = asyncio.Event()
+            assert self._group is not None
+            self._group.spawn("standby status", self._standby_when(tailing))
+            self._local_dir = await asyncio.to_thread(recovery.new_dir, self.id)
+            playback = await recovery.play(
+                self._svc.etcd,
+                self._svc.journal_client,
+                self.spec,
+                self._local_dir,
+                tailing=tailing,
+                promoted=self._promoted,
+            )
+        else:
+            await self.set_status(int(_Code.STANDBY))
+            await self._promoted.wait()
         log.info("shard %s: promoted to primary", self.fqn)
-        await self._serve_primary()
+        await self._serve_primary(playback)
 
-    async def _serve_primary(self) -> None:
+    async def _standby_when(self, tailing: asyncio.Event) -> None:
+        await tailing.wait()
+        await self.set_status(int(_Code.STANDBY))
+
+    async def _serve_primary(self, playback: recovery.Playback | None) -> None:
         svc = self._svc
         app = svc.app
         async with AppendService(svc.journal_client) as appends:
             self._appends = appends
-            spec = self.spec
-            if pc.recovery_log(spec):
-                self._recorder = await recovery.recover(
-                    svc.etcd, svc.journal_client, appends, spec, self._assignment
+            if playback is not None:
+                self._recorder = await recovery.start_recording(
+                    svc.etcd, appends, self.spec, playback, self._assignment
                 )
                 assert self._group is not None
                 self._group.spawn("store hints", self._store_hints())
