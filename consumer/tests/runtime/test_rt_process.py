@@ -630,6 +630,17 @@ async def test_a_hot_standby_takes_over_from_a_crashed_primary(
         await counted(apps[standby], 42)
         assert apps[standby].stores["shard-hot"].state == {"n": 42}
         assert (await statuses()).get(standby) == pc.ReplicaStatus.PRIMARY
+
+        # GetHints: the hints the new primary recovered with are stored as its backup.
+        from gazette.broker.protocol import dial
+        from gazette.consumer.protocol import protocol_pb2_grpc as pc_grpc
+
+        member = await etcd.get(f"{prefix}/members/zone-a#{standby}".encode())
+        endpoint = pc.ConsumerSpec.FromString(member.value).process_spec.endpoint
+        async with dial.channel(endpoint) as ch:
+            got = await pc_grpc.ShardStub(ch).GetHints(pc.GetHintsRequest(shard="shard-hot"))
+        assert got.status == pc.Status.OK
+        assert [h.hints.log for h in got.backup_hints] == [log_journal]
     finally:
         for stop in stops.values():
             stop.set()

@@ -10,7 +10,7 @@
   the primary wait until it has committed through them (a read barrier).
 * **Apply**: upserts and deletes of ShardSpecs in one checked etcd
   transaction (``expect_mod_revision``: 0 must not exist, -1 unconditional).
-* **GetHints**: recovery-log hints (none exist until recovery logs do).
+* **GetHints**: a shard's primary and backup recovery-log hints, as etcd holds them.
 * **Unassign**: removes shards' assignments (FAILED ones always; the primary
   unless ``only_failed``), so the allocator assigns them afresh.
 
@@ -33,6 +33,7 @@ from gazette.allocator import txn as etcd_txn
 from gazette.broker import protocol as pb
 from gazette.broker.protocol import dial
 from gazette.consumer import protocol as pc
+from gazette.consumer import recoverylog as rl
 from gazette.consumer.protocol import protocol_pb2_grpc as pc_grpc
 from gazette.consumer.runtime.service import Service
 
@@ -187,14 +188,14 @@ class ShardAPI(pc_grpc.ShardServicer):
         if await self._invalid(context, request):
             return pc.ApplyResponse()
         changes: list[keyspace.Change] = []
+        hint_puts: list[Any] = []
         for change in request.changes:
             if change.HasField("primary_hints"):
-                await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"Changes: primary_hints of {change.upsert.id}: this consumer has no"
-                    " recovery logs, so no hints to store",
+                hint_puts.append(
+                    etcd_txn.put(
+                        pc.hint_primary_key(change.upsert), rl.hints_to_json(change.primary_hints)
+                    )
                 )
-                return pc.ApplyResponse()
             if change.HasField("upsert"):
                 name, value = change.upsert.id, change.upsert.SerializeToString()
                 changes.append(keyspace.Change(name, value, change.expect_mod_revision))
@@ -202,6 +203,9 @@ class ShardAPI(pc_grpc.ShardServicer):
                 changes.append(keyspace.Change(change.delete, None, change.expect_mod_revision))
         ks = self.svc.observed.ks
         result = await keyspace.apply_changes(self.etcd, ks.root, changes)
+        if result.succeeded and hint_puts:
+            # Gazette puts the hints in the same transaction; ours follow the specs' one.
+            await etcd_txn.commit(self.etcd, [], hint_puts)
         resp = pc.ApplyResponse()
         if result.succeeded:
             with contextlib.suppress(TimeoutError):
@@ -220,10 +224,28 @@ class ShardAPI(pc_grpc.ShardServicer):
             return pc.GetHintsResponse()
         resp = pc.GetHintsResponse()
         resp.header.CopyFrom(self._header())
-        if self._state.find_item(request.shard) == -1:
+        state = self._state
+        index = state.find_item(request.shard)
+        if index == -1:
             resp.status = pc.Status.SHARD_NOT_FOUND
             return resp
-        resp.status = pc.Status.OK  # No recovery logs yet: no hints, primary or backup.
+        spec: pc.ShardSpec = state.items[index].decoded.spec
+        journal = pc.recovery_log(spec)
+        if journal:
+            keys = [pc.hint_primary_key(spec), *pc.hint_backup_keys(spec)]
+            result = await etcd_txn.commit(self.etcd, [], [etcd_txn.get(k) for k in keys])
+            for i, r in enumerate(result.responses):
+                slot = resp.primary_hints if i == 0 else resp.backup_hints.add()
+                kvs = r.response_range.kvs
+                if kvs and kvs[0].value:
+                    hints = rl.hints_from_value(bytes(kvs[0].value))
+                    if hints.log != journal:
+                        await context.abort(
+                            grpc.StatusCode.FAILED_PRECONDITION,
+                            f"hints.Log {hints.log} != ShardSpec.RecoveryLog {journal}",
+                        )
+                    slot.hints.CopyFrom(hints)
+        resp.status = pc.Status.OK
         return resp
 
     async def Unassign(
