@@ -6,8 +6,9 @@ committed on its own (``publish_committed``) to one of the chunk journals
 bytes each, ended by a chunk without data.
 
 The **summer** (a consumer application: one shard per chunk journal) folds
-each stream's chunks into a running CRC-64/ECMA, kept in PostgreSQL with the
-shard's checkpoint (the fenced SQL store). It checks that every chunk is the
+each stream's chunks into a running CRC-64/ECMA, kept with the shard's
+checkpoint: in PostgreSQL (the fenced SQL store), or, for shards with a
+recovery log, in a JSON file recorded into that log (replayed by standbys). It checks that every chunk is the
 next of its stream: a chunk delivered twice, or one lost, is fatal (the shard
 fails). At a stream's end it publishes its Sum inside the consumer
 transaction (``publish_uncommitted``): the Sum is read by others only once
@@ -50,7 +51,7 @@ from gazette import message
 from gazette.broker import client
 from gazette.broker import protocol as pb
 from gazette.consumer import runtime
-from gazette.consumer.runtime import store_sql
+from gazette.consumer.runtime import store_json_file, store_sql
 
 log = logging.getLogger("stream_sum")
 
@@ -169,6 +170,11 @@ class Summer:
         return cls(ns.postgres)
 
     async def new_store(self, shard: runtime.Shard) -> runtime.Store:
+        recorder = shard.recorder
+        if recorder is not None:
+            # The shard has a recovery log: sums in a JSON file recorded into it,
+            # {"<stream id hex>": [seq_no, value]}.
+            return store_json_file.JSONFileStore(recorder.directory, {}, recorder)
         await store_sql.ensure_schema(self.dsn, DDL)
         return await store_sql.SQLStore.open(self.dsn, shard)
 
@@ -212,6 +218,9 @@ class Summer:
         dirty.add(stream)
 
     async def _load(self, store: Any, stream: bytes) -> _Partial:
+        if isinstance(store, store_json_file.JSONFileStore):
+            seq_no, value = store.state.get(stream.hex(), (0, 0))
+            return _Partial(int(seq_no), int(value))
         conn = await store.transaction()
         cur = await conn.execute("SELECT seq_no, value FROM stream_sums WHERE id = %s", (stream,))
         row = await cur.fetchone()
@@ -224,6 +233,11 @@ class Summer:
     ) -> None:
         cache, dirty = self._state(store)
         if not dirty:
+            return
+        if isinstance(store, store_json_file.JSONFileStore):
+            for stream in dirty:
+                store.state[stream.hex()] = [cache[stream].seq_no, cache[stream].value]
+            dirty.clear()
             return
         conn = await store.transaction()  # type: ignore[attr-defined]
         rows = []

@@ -1,8 +1,9 @@
 """stream-sum under faults: exactly-once on a real cluster, with processes SIGKILLed at random.
 
 Real parts: etcd, 3 broker processes (RF 2 over 2 zones), PostgreSQL, 3 consumer
-processes running ``examples/stream_sum`` (the summer, SQL store, 1 hot standby
-per shard). The chunker (in the test) writes interleaved streams of chunks and
+processes running ``examples/stream_sum`` (the summer, 1 hot standby per shard),
+once with the SQL store and once with a JSON store recorded into each shard's
+recovery log (hot standbys replay it; a promoted one hands it off). The chunker (in the test) writes interleaved streams of chunks and
 checks every Sum; meanwhile consumers and brokers are SIGKILLed and restarted,
 at least ``STREAM_SUM_KILLS`` times (10 by default) while ``STREAM_SUM_STREAMS``
 streams (60) of 40 chunks are written. Every stream's Sum must
@@ -49,7 +50,10 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield server
 
 
-def journal_specs(store_url: str) -> list[pb.JournalSpec]:
+RECOVERY_LOGS = "examples/stream-sum/recovery-logs"
+
+
+def journal_specs(store_url: str, recovery: bool = False) -> list[pb.JournalSpec]:
     ndjson = (pb.LABEL_CONTENT_TYPE, pb.CONTENT_TYPE_JSON_LINES)
     specs = [
         testing.journal_spec(
@@ -68,16 +72,31 @@ def journal_specs(store_url: str) -> list[pb.JournalSpec]:
             labels=[ndjson, ("app.gazette.dev/message-type", stream_sum.SUM_TYPE)],
         )
     )
+    if recovery:
+        specs += [
+            testing.journal_spec(
+                f"{RECOVERY_LOGS}/chunks-part-{i:03d}",
+                replication=2,
+                stores=[store_url],
+                labels=[(pb.LABEL_CONTENT_TYPE, "application/x-gazette-recoverylog")],
+            )
+            for i in range(PARTS)
+        ]
     return specs
 
 
-def shard_specs() -> list[pc.ShardSpec]:
-    """The Shard manifests of the example, as the operator would write them."""
+def shard_specs(recovery: bool = False) -> list[pc.ShardSpec]:
+    """The Shard manifests of the example, as the operator would write them (with a
+    recovery log each, and hints, when ``recovery``)."""
     from gazette.operator import mapping
 
     docs = list(yaml.safe_load_all((EXAMPLE / "shards.yaml").read_text()))
     specs = [mapping.shard_spec(d["spec"]) for d in docs]
     assert len(specs) == PARTS
+    for spec in specs if recovery else ():
+        spec.recovery_log_prefix = RECOVERY_LOGS
+        spec.hint_prefix = "/gazette/hints/examples/stream-sum"
+        spec.hint_backups = 2
     return specs
 
 
@@ -95,30 +114,33 @@ async def _failed_shards(etcd: Any, prefix: str) -> list[str]:
     return out
 
 
+@pytest.mark.parametrize("store", ["postgres", "recovery-log"])
 async def test_stream_sum_exactly_once_under_sigkills(
+    store: str,
     etcd_server: ks_testing.EtcdServer,
     etcd: Any,
     postgres: Any,
     tmp_path: pathlib.Path,
 ) -> None:
-    prefix = "/gazette/consumers/stream-sum-test"
-    dsn = postgres.create_database("stream_sum")
+    prefix = f"/gazette/consumers/stream-sum-{store}"
+    recovery = store == "recovery-log"
+    dsn = postgres.create_database(f"stream_sum_{store.replace('-', '_')}")
     rng = random.Random(int(os.environ.get("STREAM_SUM_SEED", str(time.time_ns()))))
     with testing.running_cluster(
         etcd_server.endpoint, tmp_path / "brokers", brokers=3, lease="3s"
     ) as brokers:
         async with client.JournalClient(client.ClientConfig(address=brokers[0].endpoint)) as jc:
             req = pb.ApplyRequest()
-            for spec in journal_specs(brokers.store_url):
+            for spec in journal_specs(brokers.store_url, recovery):
                 req.changes.add(upsert=spec)
             await client.apply_journals(jc, req)
-            for spec in journal_specs(brokers.store_url):
+            for spec in journal_specs(brokers.store_url, recovery):
                 async with brokers.channel(0) as ch:
                     from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 
                     await testing.wait_writable(pb2_grpc.JournalStub(ch), spec.name)
             await keyspace.apply_changes(
-                etcd, prefix, [(s.id, s.SerializeToString(), 0) for s in shard_specs()]
+                etcd, prefix, [(s.id, s.SerializeToString(), 0) for s in shard_specs(recovery)]
             )
             consumers = consumer_testing.ConsumerCluster(
                 "stream_sum:Summer",
@@ -167,7 +189,7 @@ async def test_stream_sum_exactly_once_under_sigkills(
                         await chaos_task
                 failed = await _failed_shards(etcd, prefix)
                 print(
-                    f"\nstream-sum: {report.streams} streams, {report.chunks} chunks,"
+                    f"\nstream-sum ({store}): {report.streams} streams, {report.chunks} chunks,"
                     f" {report.sums} sums: {report.correct} correct, {report.mismatched}"
                     f" mismatched, {report.duplicates} duplicates, {report.missing} missing"
                     f" (gaps) in {report.seconds:.1f}s; SIGKILLs: {kills}; failed shards: {failed}"
