@@ -16,6 +16,11 @@ application's store; the ACKs of what it published go out only after that
 commit, and again after a fail-over. A store fences older primaries when it
 restores, so exactly one transaction commits per input.
 
+A shard whose spec names a recovery log keeps its store in a local directory
+recorded into that journal (:mod:`gazette.consumer.recoverylog`): standbys
+follow the log, and a promoted one hands it off and serves from its replay
+(:mod:`~.recovery`). Each process serves ``consumer.Shard`` (:mod:`~.shard_api`).
+
 Modules:
 
 * :mod:`~.interfaces` — the Application, Store and Shard protocols;
@@ -24,17 +29,22 @@ Modules:
 * :mod:`~.service` — the local shards, following etcd assignments;
 * :mod:`~.process` — the process: flags (:mod:`~.config`), etcd session, drain;
 * :mod:`~.shards` — shards as allocator items (decoder, consistency);
+* :mod:`~.recovery` — recovery-log playback, hand-off and hints in etcd;
+* :mod:`~.shard_api` — the ``consumer.Shard`` gRPC service;
 * :mod:`~.checkpoints` — Checkpoint building and its Go JSON;
-* stores: :mod:`~.store_sql` (PostgreSQL, fenced), :mod:`~.store_json_file`.
+* stores: :mod:`~.store_sql` (PostgreSQL, fenced), :mod:`~.store_json_file`
+  (recorded into the recovery log when the shard has one).
 
 Usage::
 
     from gazette import message
     from gazette.consumer import runtime
+    from gazette.consumer.runtime import store_json_file
 
     class Counter:
-        async def new_store(self, shard):
-            return runtime.store_json_file.JSONFileStore(f"/var/lib/counter/{shard.id}", {})
+        async def new_store(self, shard):   # the spec names a recovery log
+            rec = shard.recorder
+            return store_json_file.JSONFileStore(rec.directory, {}, rec)
         def new_message(self, spec):
             return message.JSONMessage()
         async def consume_message(self, shard, store, env, publisher):
