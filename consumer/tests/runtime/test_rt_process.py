@@ -491,6 +491,52 @@ class Tally:
         pass
 
 
+async def recorded_shard(
+    jc: client.JournalClient,
+    etcd: Any,
+    prefix: str,
+    shard_id: str,
+    source: str,
+    hot_standbys: int,
+) -> str:
+    """Create a shard with a recovery log (and the log journal); returns the log's name."""
+    log_journal = f"{prefix.rsplit('/', 1)[1]}/{shard_id}"
+    spec = testing.journal_spec(
+        log_journal, labels=[(pb.LABEL_CONTENT_TYPE, "application/x-gazette-recoverylog")]
+    )
+    await client.apply_journals(jc, pb.ApplyRequest(changes=[pb.ApplyRequest.Change(upsert=spec)]))
+    shard = shard_spec(shard_id, source)
+    shard.hot_standbys = hot_standbys
+    shard.recovery_log_prefix = prefix.rsplit("/", 1)[1]
+    shard.hint_prefix = f"/gazette/hints/{prefix.rsplit('/', 1)[1]}"
+    shard.hint_backups = 2
+    await keyspace.apply_changes(etcd, prefix, [(shard.id, shard.SerializeToString(), 0)])
+    return log_journal
+
+
+async def publish_numbers(jc: client.JournalClient, journal: str, count: int) -> int:
+    """Publish ``count`` committed Nums to ``journal``; returns its write head after."""
+    async with client.AppendService(jc) as svc:
+        pub = message.Publisher(svc)
+        for i in range(count):
+            pub.publish_committed(lambda _m: (journal, NDJSON), Num({"UUID": "", "n": i}))
+        for op in svc.pending_except(""):
+            await op
+    return int((await client.append(jc, journal, b"")).commit.end)
+
+
+async def wait_counted(app: Tally, shard_id: str, journal: str, n: int, head: int) -> None:
+    """Until ``app``'s store of ``shard_id`` counted ``n`` and committed through ``head``."""
+    async with asyncio.timeout(30):
+        while True:
+            store = app.stores.get(shard_id)
+            if store is not None and store.state["n"] >= n:
+                cp = await store.restore_checkpoint(None)
+                if cp.sources[journal].read_through >= head:
+                    return
+            await asyncio.sleep(0.1)
+
+
 async def test_a_new_primary_recovers_its_store_from_the_recovery_log(
     cluster: tuple[server_testing.InProcessCluster, client.JournalClient],
     etcd_server: ks_testing.EtcdServer,
@@ -498,57 +544,29 @@ async def test_a_new_primary_recovers_its_store_from_the_recovery_log(
 ) -> None:
     brokers, jc = cluster
     prefix = "/gazette/consumers/rt-recovery"
-    log_journal = "rt-recovery/shard-rec"
-    spec = testing.journal_spec(
-        log_journal, labels=[(pb.LABEL_CONTENT_TYPE, "application/x-gazette-recoverylog")]
-    )
-    await client.apply_journals(jc, pb.ApplyRequest(changes=[pb.ApplyRequest.Change(upsert=spec)]))
-    shard = shard_spec("shard-rec", SOURCES[0])
-    shard.hot_standbys = 0
-    shard.recovery_log_prefix = "rt-recovery"
-    shard.hint_prefix = "/gazette/hints/rt"
-    shard.hint_backups = 2
-    await keyspace.apply_changes(etcd, prefix, [(shard.id, shard.SerializeToString(), 0)])
+    await recorded_shard(jc, etcd, prefix, "shard-rec", SOURCES[0], hot_standbys=0)
 
-    async def publish(count: int) -> int:
-        async with client.AppendService(jc) as svc:
-            pub = message.Publisher(svc)
-            for i in range(count):
-                pub.publish_committed(lambda _m: (SOURCES[0], NDJSON), Num({"UUID": "", "n": i}))
-            for op in svc.pending_except(""):
-                await op
-        return int((await client.append(jc, SOURCES[0], b"")).commit.end)
-
-    async def run_until(app: Tally, name: str, n: int) -> None:
+    async def run_until(app: Tally, name: str, n: int, head: int) -> None:
         stop = asyncio.Event()
         cfg = consumer_config(etcd_server.endpoint, brokers[0].endpoint, prefix, name)
         task = asyncio.create_task(process.serve(cfg, app, stop=stop))
         try:
-            async with asyncio.timeout(30):
-                while True:
-                    store = app.stores.get("shard-rec")
-                    if store is not None and store.state["n"] >= n:
-                        cp = await store.restore_checkpoint(None)
-                        if cp.sources[SOURCES[0]].read_through >= head:
-                            break
-                    await asyncio.sleep(0.1)
+            await wait_counted(app, "shard-rec", SOURCES[0], n, head)
         finally:
             stop.set()
             async with asyncio.timeout(30):
                 await task
 
-    head = await publish(25)
     first = Tally()
-    await run_until(first, "consumer-a", 25)
+    await run_until(first, "consumer-a", 25, await publish_numbers(jc, SOURCES[0], 25))
     first_dir = first.stores["shard-rec"].directory
     assert not first_dir.exists(), "the local copy goes with the assignment"
 
     # Another process (an empty disk) takes the shard: it replays the log, then goes on.
-    head = await publish(15)
     second = Tally()
-    await run_until(second, "consumer-b", 40)
+    await run_until(second, "consumer-b", 40, await publish_numbers(jc, SOURCES[0], 15))
     assert second.stores["shard-rec"].state == {"n": 40}, "recovered 25, then 15 more, once each"
-    backup = await etcd.get(b"/gazette/hints/rt/shard-rec.backup.0")
+    backup = await etcd.get(b"/gazette/hints/rt-recovery/shard-rec.backup.0")
     assert backup is not None and b'"log":"rt-recovery/shard-rec"' in backup.value
 
 
@@ -559,17 +577,7 @@ async def test_a_hot_standby_takes_over_from_a_crashed_primary(
 ) -> None:
     brokers, jc = cluster
     prefix = "/gazette/consumers/rt-standby"
-    log_journal = "rt-standby/shard-hot"
-    spec = testing.journal_spec(
-        log_journal, labels=[(pb.LABEL_CONTENT_TYPE, "application/x-gazette-recoverylog")]
-    )
-    await client.apply_journals(jc, pb.ApplyRequest(changes=[pb.ApplyRequest.Change(upsert=spec)]))
-    shard = shard_spec("shard-hot", SOURCES[1])
-    shard.hot_standbys = 1
-    shard.recovery_log_prefix = "rt-standby"
-    shard.hint_prefix = "/gazette/hints/rt-standby"
-    shard.hint_backups = 1
-    await keyspace.apply_changes(etcd, prefix, [(shard.id, shard.SerializeToString(), 0)])
+    log_journal = await recorded_shard(jc, etcd, prefix, "shard-hot", SOURCES[1], hot_standbys=1)
 
     async def statuses() -> dict[str, int]:
         out = {}
@@ -577,15 +585,6 @@ async def test_a_hot_standby_takes_over_from_a_crashed_primary(
             member = kv.key.decode().split("#")[2]
             out[member] = pc.ReplicaStatus.FromString(kv.value).code
         return out
-
-    async def publish(count: int) -> int:
-        async with client.AppendService(jc) as svc:
-            pub = message.Publisher(svc)
-            for i in range(count):
-                pub.publish_committed(lambda _m: (SOURCES[1], NDJSON), Num({"UUID": "", "n": i}))
-            for op in svc.pending_except(""):
-                await op
-        return int((await client.append(jc, SOURCES[1], b"")).commit.end)
 
     apps = {name: Tally() for name in ("consumer-x", "consumer-y")}
     stops = {name: asyncio.Event() for name in apps}
@@ -608,30 +607,21 @@ async def test_a_hot_standby_takes_over_from_a_crashed_primary(
                 await asyncio.sleep(0.1)
         primary = next(m for m, c in st.items() if c == pc.ReplicaStatus.PRIMARY)
         standby = next(m for m in st if m != primary)
-        head = await publish(30)
+        head = await publish_numbers(jc, SOURCES[1], 30)
 
-        async def counted(app: Tally, n: int) -> None:
-            async with asyncio.timeout(30):
-                while True:
-                    store = app.stores.get("shard-hot")
-                    if store is not None and store.state["n"] >= n:
-                        cp = await store.restore_checkpoint(None)
-                        if cp.sources[SOURCES[1]].read_through >= head:
-                            return
-                    await asyncio.sleep(0.1)
-
-        await counted(apps[primary], 30)
+        await wait_counted(apps[primary], "shard-hot", SOURCES[1], 30, head)
         # The primary crashes (no drain, its lease runs out): the standby, which followed
         # the log all along, is promoted, hands the log off and goes on.
         tasks[primary].cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await tasks[primary]
-        head = await publish(12)
-        await counted(apps[standby], 42)
+        head = await publish_numbers(jc, SOURCES[1], 12)
+        await wait_counted(apps[standby], "shard-hot", SOURCES[1], 42, head)
         assert apps[standby].stores["shard-hot"].state == {"n": 42}
         assert (await statuses()).get(standby) == pc.ReplicaStatus.PRIMARY
 
-        # GetHints: the hints the new primary recovered with are stored as its backup.
+        # GetHints: the hints each primary recovered with are stored as backups (the
+        # newest first: the first primary's moved to .backup.1).
         from gazette.broker.protocol import dial
         from gazette.consumer.protocol import protocol_pb2_grpc as pc_grpc
 
@@ -640,7 +630,7 @@ async def test_a_hot_standby_takes_over_from_a_crashed_primary(
         async with dial.channel(endpoint) as ch:
             got = await pc_grpc.ShardStub(ch).GetHints(pc.GetHintsRequest(shard="shard-hot"))
         assert got.status == pc.Status.OK
-        assert [h.hints.log for h in got.backup_hints] == [log_journal]
+        assert [h.hints.log for h in got.backup_hints] == [log_journal, log_journal]
     finally:
         for stop in stops.values():
             stop.set()
