@@ -16,7 +16,8 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 PROTOS := broker/src/gazette/broker/protocol/protocol.proto \
           consumer/src/gazette/consumer/recoverylog/recorded_op.proto \
-          consumer/src/gazette/consumer/protocol/protocol.proto
+          consumer/src/gazette/consumer/protocol/protocol.proto \
+          examples/word_count/word_count.proto
 
 .PHONY: help
 help: ## List the targets.
@@ -50,6 +51,10 @@ protos: $(VENV)/.installed ## Regenerate *_pb2.py, *_pb2_grpc.py and their .pyi 
 		--python_out=consumer/src --grpc_python_out=consumer/src \
 		--mypy_out=consumer/src --mypy_grpc_out=consumer/src \
 		consumer/src/gazette/consumer/protocol/protocol.proto
+	$(PY) -m grpc_tools.protoc $(foreach d,$(SRC_DIRS),-I $(d)) -I examples/word_count \
+		--python_out=examples/word_count --grpc_python_out=examples/word_count \
+		--mypy_out=examples/word_count --mypy_grpc_out=examples/word_count \
+		examples/word_count/word_count.proto
 
 .PHONY: protos-check
 protos-check: $(VENV)/.installed ## Fail when the generated protocol code is stale.

@@ -62,18 +62,27 @@ class Player:
         *,
         tailing: asyncio.Event | None = None,
         tail_until: asyncio.Event | None = None,
+        end_offset: int | None = None,
     ) -> FSM:
         """Replay to the write head (handing the log off to ``handoff_author`` if given).
 
         A hot standby passes ``tail_until``: having reached the head (``tailing``
         is set then), it goes on applying what the primary appends until the
         event is set — its promotion — and only then hands off.
+
+        ``end_offset`` stops playback there instead (the files as they were when
+        the log ended at that offset: a point in time, or a crash, replayed); it
+        cannot be combined with a hand-off or with tailing.
         """
+        if end_offset is not None and (handoff_author is not None or tail_until is not None):
+            raise ValueError("end_offset excludes a hand-off and tailing")
         journal = self.hints.log
         if self.directory.exists():
             shutil.rmtree(self.directory)
         self._staging.mkdir(parents=True)
         head = int((await client.append(self.jc, journal, b"")).commit.end)
+        if end_offset is not None:
+            head = min(head, end_offset)
         for seg in self.fsm.hinted_segments:
             if seg.log == journal and (seg.first_offset >= head or seg.last_offset > head):
                 raise errors.RecoveryLogError(

@@ -31,9 +31,12 @@ Modules:
 * :mod:`~.shards` — shards as allocator items (decoder, consistency);
 * :mod:`~.recovery` — recovery-log playback, hand-off and hints in etcd;
 * :mod:`~.shard_api` — the ``consumer.Shard`` gRPC service;
+* :mod:`~.resolver` — a shard's local store, or its primary's endpoint (for the
+  application's own RPCs);
 * :mod:`~.checkpoints` — Checkpoint building and its Go JSON;
 * stores: :mod:`~.store_sql` (PostgreSQL, fenced), :mod:`~.store_json_file`
-  (recorded into the recovery log when the shard has one).
+  (recorded into the recovery log when the shard has one), :mod:`~.store_sqlite`
+  (an embedded SQLite database recorded into the recovery log through a VFS).
 
 Usage::
 
@@ -60,6 +63,7 @@ from gazette.consumer.runtime.interfaces import (
     Application,
     BeginFinisher,
     Consumed,
+    ServiceRegistrar,
     Shard,
     Store,
 )
@@ -69,6 +73,7 @@ __all__ = [
     "Application",
     "BeginFinisher",
     "Consumed",
+    "ServiceRegistrar",
     "Shard",
     "Store",
 ]

@@ -14,7 +14,9 @@ it serves as primary:
   :class:`~gazette.consumer.protocol.Checkpoint`, but only after every
   operation in ``wait_for`` (the shard's in-flight appends) succeeded.
 
-Optional hooks: :class:`BeginFinisher` (``begin_txn`` / ``finished_txn``).
+Optional hooks: :class:`BeginFinisher` (``begin_txn`` / ``finished_txn``), and
+:class:`ServiceRegistrar` (the application's own gRPC services, served on the
+process's port beside ``consumer.Shard``).
 
 A :class:`Shard` is the application's handle on the shard it serves.
 """
@@ -38,6 +40,7 @@ __all__ = [
     "Application",
     "BeginFinisher",
     "Consumed",
+    "ServiceRegistrar",
     "Shard",
     "Store",
     "await_dependencies",
@@ -152,6 +155,20 @@ class BeginFinisher(Protocol):
     def finished_txn(self, shard: Shard, store: Store, op: AsyncOperation) -> None:
         """Called once the transaction starts committing (``op`` resolves with the
         commit) or has failed (``op`` already holds the error). Only for transactions that began."""
+
+
+@runtime_checkable
+class ServiceRegistrar(Protocol):
+    """Optional: an application that serves gRPC services of its own.
+
+    ``register_services`` is called once, before the process's gRPC server
+    starts; ``resolver`` (a :class:`~gazette.consumer.runtime.resolver.Resolver`)
+    maps a shard to its local store or to the endpoint of its primary, and
+    holds the process's journal client.
+    """
+
+    def register_services(self, server: Any, resolver: Any) -> None:
+        """Add the application's servicers to ``server`` (a ``grpc.aio.Server``)."""
 
 
 async def await_dependencies(wait_for: Collection[AsyncOperation], where: str) -> None:

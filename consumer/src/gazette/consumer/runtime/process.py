@@ -34,6 +34,7 @@ from gazette.broker.server import process as broker_process
 from gazette.consumer import protocol as pc
 from gazette.consumer.protocol import protocol_pb2_grpc as pc_grpc
 from gazette.consumer.runtime import config, errors, interfaces
+from gazette.consumer.runtime.resolver import Resolver
 from gazette.consumer.runtime.service import Service
 from gazette.consumer.runtime.shard import ShardServices
 from gazette.consumer.runtime.shard_api import ShardAPI
@@ -130,6 +131,9 @@ async def serve(
             shards_task = tg.create_task(svc.run(shards_stop), name="shards")
             api = ShardAPI(svc, etcd)
             pc_grpc.add_ShardServicer_to_server(api, server)
+            resolver = Resolver(svc, jc)
+            if isinstance(app, interfaces.ServiceRegistrar):
+                app.register_services(server, resolver)
             await server.start()
             http_port = -1
             if ccfg.http_port != -1:
@@ -161,6 +165,7 @@ async def serve(
                 with contextlib.suppress(asyncio.CancelledError):
                     await session_task
             await api.close()
+            await resolver.close()
             log.warning("consumer stopped")
     finally:
         await server.stop(None)

@@ -1,0 +1,98 @@
+"""Resolver: which process is a shard's primary, and its store when that is this process.
+
+Gazette's ``consumer/resolver.go`` (``Resolve``). An application's own RPCs
+(registered through :class:`~gazette.consumer.runtime.interfaces.ServiceRegistrar`)
+resolve the shard a request is for, then either serve it from the local
+primary's store or forward it to the primary's endpoint with a header naming
+that primary; a request that arrives with such a header and finds the shard
+is not primary here gets ``NOT_SHARD_PRIMARY`` rather than a second hop (the
+route changed under the sender, which retries).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import grpc
+
+from gazette import allocator
+from gazette.broker import protocol as pb
+from gazette.broker.client import JournalClient
+from gazette.broker.protocol import dial
+from gazette.consumer import protocol as pc
+from gazette.consumer.runtime import interfaces
+
+__all__ = ["Resolution", "Resolver"]
+
+
+@dataclasses.dataclass
+class Resolution:
+    """Where a shard is served.
+
+    ``status`` OK with ``store`` set: the shard is primary here and its store
+    is open. OK with ``endpoint`` set: forward to that process, with
+    ``header`` (its ``process_id`` names the primary) on the request.
+    """
+
+    status: int
+    header: pb.Header
+    shard: interfaces.Shard | None = None
+    store: interfaces.Store | None = None
+    endpoint: str = ""
+
+
+class Resolver:
+    """Resolves shards against a process's view of etcd and its local replicas."""
+
+    def __init__(self, svc: Any, journal_client: JournalClient) -> None:
+        self.svc = svc
+        self.journal_client = journal_client
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def header(self) -> pb.Header:
+        """A header of this process at the current etcd revision (no route)."""
+        hdr = pb.Header()
+        local = self.svc.observed.state.local_member
+        if local is not None:
+            hdr.process_id.zone, hdr.process_id.suffix = local.zone, local.suffix
+        hdr.route.primary = -1
+        hdr.etcd.CopyFrom(self.svc.observed.ks.header)
+        return hdr
+
+    def resolve(self, shard_id: str, proxy_header: pb.Header | None = None) -> Resolution:
+        """Resolve ``shard_id``; ``proxy_header`` is the header a forwarded request carried."""
+        state: allocator.State = self.svc.observed.state
+        hdr = self.header()
+        index = state.find_item(shard_id)
+        if index == -1:
+            return Resolution(pc.Status.SHARD_NOT_FOUND, hdr)
+        route = allocator.route_of(state.assignments_of(index))
+        allocator.attach_endpoints(route, state)
+        hdr.route.CopyFrom(route)
+        if route.primary == -1:
+            return Resolution(pc.Status.NO_SHARD_PRIMARY, hdr)
+        primary = route.members[route.primary]
+        local = state.local_member
+        if local is None or (primary.zone, primary.suffix) != (local.zone, local.suffix):
+            if proxy_header is not None and proxy_header.process_id.suffix:
+                return Resolution(pc.Status.NOT_SHARD_PRIMARY, hdr)
+            hdr.process_id.CopyFrom(primary)
+            return Resolution(pc.Status.OK, hdr, endpoint=route.endpoints[route.primary])
+        replica = self.svc.replicas.get(shard_id)
+        if replica is None or replica.store is None or not replica.store_ready.is_set():
+            # Assigned here but not yet serving (playing its log back, or stopping).
+            return Resolution(pc.Status.SHARD_STOPPED, hdr)
+        return Resolution(pc.Status.OK, hdr, shard=replica, store=replica.store)
+
+    def channel(self, endpoint: str) -> grpc.aio.Channel:
+        """A channel to a peer process (one per endpoint, kept)."""
+        ch = self._channels.get(endpoint)
+        if ch is None:
+            ch = self._channels[endpoint] = dial.channel(endpoint)
+        return ch
+
+    async def close(self) -> None:
+        channels, self._channels = self._channels, {}
+        for ch in channels.values():
+            await ch.close()
