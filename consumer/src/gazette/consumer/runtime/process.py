@@ -129,9 +129,9 @@ async def serve(
             svc = Service(ShardServices(app, etcd, ks, jc), observed)
             shards_stop = asyncio.Event()
             shards_task = tg.create_task(svc.run(shards_stop), name="shards")
-            api = ShardAPI(svc, etcd)
-            pc_grpc.add_ShardServicer_to_server(api, server)
             resolver = Resolver(svc, jc)
+            api = ShardAPI(svc, etcd, resolver)
+            pc_grpc.add_ShardServicer_to_server(api, server)
             if isinstance(app, interfaces.ServiceRegistrar):
                 app.register_services(server, resolver)
             await server.start()
@@ -164,7 +164,6 @@ async def serve(
                 session_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await session_task
-            await api.close()
             await resolver.close()
             log.warning("consumer stopped")
     finally:

@@ -35,7 +35,7 @@ class Resolution:
     ``header`` (its ``process_id`` names the primary) on the request.
     """
 
-    status: int
+    status: pc.Status.ValueType
     header: pb.Header
     shard: interfaces.Shard | None = None
     store: interfaces.Store | None = None

@@ -31,10 +31,10 @@ import grpc
 from gazette import allocator, keyspace
 from gazette.allocator import txn as etcd_txn
 from gazette.broker import protocol as pb
-from gazette.broker.protocol import dial
 from gazette.consumer import protocol as pc
 from gazette.consumer import recoverylog as rl
 from gazette.consumer.protocol import protocol_pb2_grpc as pc_grpc
+from gazette.consumer.runtime.resolver import Resolver
 from gazette.consumer.runtime.service import Service
 
 __all__ = ["ShardAPI"]
@@ -45,15 +45,10 @@ log = logging.getLogger(__name__)
 class ShardAPI(pc_grpc.ShardServicer):
     """Serves ``consumer.Shard`` from a process's :class:`Service`."""
 
-    def __init__(self, svc: Service, etcd: Any) -> None:
+    def __init__(self, svc: Service, etcd: Any, resolver: Resolver) -> None:
         self.svc = svc
         self.etcd = etcd
-        self._peers: dict[str, grpc.aio.Channel] = {}
-
-    async def close(self) -> None:
-        peers, self._peers = self._peers, {}
-        for ch in peers.values():
-            await ch.close()
+        self.resolver = resolver
 
     # -- helpers ----------------------------------------------------------
 
@@ -62,13 +57,7 @@ class ShardAPI(pc_grpc.ShardServicer):
         return self.svc.observed.state
 
     def _header(self) -> pb.Header:
-        hdr = pb.Header()
-        local = self._state.local_member
-        if local is not None:
-            hdr.process_id.zone, hdr.process_id.suffix = local.zone, local.suffix
-        hdr.route.primary = -1
-        hdr.etcd.CopyFrom(self.svc.observed.ks.header)
-        return hdr
+        return self.resolver.header()
 
     async def _invalid(self, context: grpc.aio.ServicerContext, request: Any) -> bool:
         try:
@@ -113,33 +102,23 @@ class ShardAPI(pc_grpc.ShardServicer):
     ) -> pc.StatResponse:
         if await self._invalid(context, request):
             return pc.StatResponse()
-        state = self._state
         resp = pc.StatResponse()
-        resp.header.CopyFrom(self._header())
-        index = state.find_item(request.shard)
-        if index == -1:
-            resp.status = pc.Status.SHARD_NOT_FOUND
+        res = self.resolver.resolve(
+            request.shard, request.header if request.HasField("header") else None
+        )
+        resp.header.CopyFrom(res.header)
+        if res.status != pc.Status.OK and res.status != pc.Status.SHARD_STOPPED:
+            resp.status = res.status
             return resp
-        shard = self._shard(state, index)
-        resp.header.route.CopyFrom(shard.route)
-        if shard.route.primary == -1:
-            resp.status = pc.Status.NO_SHARD_PRIMARY
-            return resp
-        primary = shard.route.members[shard.route.primary]
-        local = state.local_member
-        if local is None or (primary.zone, primary.suffix) != (local.zone, local.suffix):
-            if request.HasField("header"):
-                # Already proxied once: the route changed under the sender.
-                resp.status = pc.Status.NOT_SHARD_PRIMARY
-                return resp
+        if res.endpoint:
             forwarded = pc.StatRequest()
             forwarded.CopyFrom(request)
-            forwarded.header.CopyFrom(resp.header)
-            forwarded.header.process_id.CopyFrom(primary)
-            proxied: pc.StatResponse = await self._peer(
-                shard.route.endpoints[shard.route.primary]
+            forwarded.header.CopyFrom(res.header)
+            proxied: pc.StatResponse = await pc_grpc.ShardStub(
+                self.resolver.channel(res.endpoint)
             ).Stat(forwarded, timeout=context.time_remaining())
             return proxied
+        # Primary here: wait (even while its store is still being recovered).
         replica = self.svc.replicas.get(request.shard)
         if replica is None:
             resp.status = pc.Status.SHARD_STOPPED
@@ -175,12 +154,6 @@ class ShardAPI(pc_grpc.ShardServicer):
             finally:
                 for w in waits:
                     w.cancel()
-
-    def _peer(self, endpoint: str) -> Any:
-        ch = self._peers.get(endpoint)
-        if ch is None:
-            ch = self._peers[endpoint] = dial.channel(endpoint)
-        return pc_grpc.ShardStub(ch)
 
     async def Apply(
         self, request: pc.ApplyRequest, context: grpc.aio.ServicerContext
