@@ -76,9 +76,11 @@ async def replay(
 ) -> tuple[dict[int, bytes], int]:
     """The rows and checkpointed offset of the database played back into ``d``."""
     await rl.Player(jc, hints, d).play(end_offset=end_offset)
-    if not (d / store_sqlite.PRIMARY_DB).exists():
+    current = d / store_sqlite.CURRENT
+    name = current.read_text().strip() if current.exists() else store_sqlite.FIRST_DB
+    if not (d / name).exists():
         return {}, -1
-    db = apsw.Connection(str(d / store_sqlite.PRIMARY_DB))
+    db = apsw.Connection(str(d / name))
     try:
         db.execute("PRAGMA locking_mode=EXCLUSIVE").fetchall()
         got = (
@@ -101,6 +103,7 @@ async def test_commits_replay_at_every_point_and_compaction_frees_the_log(
     rng = random.Random(7)
     model: dict[int, bytes] = {}
     states: list[tuple[int, dict[int, bytes]]] = []  # (log head after commit n, rows)
+    compacted_after: list[int] = []  # Commits followed by a compaction.
     config = store_sqlite.SQLiteStoreConfig(compact_ratio=3.0, compact_min_bytes=256 << 10)
     async with asyncio.TaskGroup() as tg, client.AppendService(jc) as appends:
         shard = TaskShard("/app/items/s", tg)
@@ -122,13 +125,15 @@ async def test_commits_replay_at_every_point_and_compaction_frees_the_log(
                         (k, v, v),
                     )
                     model[k] = v
+            before = store.compactions
             await store.start_commit(shard, checkpoint(n), ())  # type: ignore[arg-type]
             states.append((await head(jc), dict(model)))
+            if store.compactions != before:
+                compacted_after.append(n)
         # An open transaction that never commits.
         store.db.execute("INSERT INTO kv(k, v) VALUES(100000, x'00')")
         hints = await recorder.build_hints()
         assert rows(store.db) == {**model, 100000: b"\x00"}
-        assert store.compactions >= 1, "the policy should have compacted by now"
         await store.destroy()
 
     # The log played to each commit's end gives exactly that commit; played to any
@@ -137,10 +142,13 @@ async def test_commits_replay_at_every_point_and_compaction_frees_the_log(
         got, at = await replay(jc, FSMHints(log=LOG), tmp_path / f"at{i}", end)
         assert (got, at) == (want, i - 1), f"replayed to the end of commit {i - 1}"
         shutil.rmtree(tmp_path / f"at{i}")
-    for _ in range(12):
-        i = rng.randrange(1, len(states) - 1)
-        lo, hi = states[i][0], states[i + 1][0]
-        cut = rng.randrange(lo, hi)
+    cuts = [(i, rng.randrange(states[i][0], states[i + 1][0])) for i in rng.sample(range(1, 59), 8)]
+    # Compactions record at the start of the next commit's range: sweep those densely.
+    assert compacted_after, "the policy should have compacted by now"
+    for n in [n for n in compacted_after if n + 2 < len(states)][:2]:
+        lo, hi = states[n + 1][0], states[n + 2][0]
+        cuts += [(n + 1, lo + (hi - lo) * k // 16) for k in range(16)]
+    for i, cut in cuts:
         got, at = await replay(jc, FSMHints(log=LOG), tmp_path / "cut", cut)
         assert at in (i - 1, i) and got == states[at + 1][1], f"cut at {cut} in commit {i}"
 

@@ -21,9 +21,11 @@ disk and hands each mutation to the shard's
   itself is never synced: the log is what makes a commit durable).
 
 The database runs ``journal_mode=WAL`` with ``locking_mode=EXCLUSIVE`` (the
-WAL index lives in process memory, so there is no ``-shm`` file to record)
-and ``synchronous=FULL`` (SQLite syncs the WAL at every commit, which is when
-merged writes reach the recorder).
+WAL index lives in process memory, so there is no ``-shm`` file to record),
+``synchronous=FULL`` (SQLite syncs the WAL at every commit, which is when
+merged writes reach the recorder) and ``wal_autocheckpoint=0``: the WAL is
+never copied back into the database file, which would record every page a
+second time. A commit records its WAL frames and nothing else.
 
 **Commits.** :meth:`SQLiteStore.start_commit` first queues a recorder barrier
 on the transaction's appends (``wait_for``), then writes the Checkpoint into
@@ -33,14 +35,15 @@ the commit is the barrier after them. A new primary plays the log back and
 SQLite finds the last commit whose frames made it into the log; frames of a
 transaction that never committed are ignored by SQLite itself.
 
-**Compaction.** The main database file is never recreated by SQLite, so every
-page it ever wrote would stay live in the log. After a commit, once the bytes
-recorded since the last compaction exceed ``compact_ratio`` times the database
-size (and at least ``compact_min_bytes``), the store checkpoints the WAL,
-``VACUUM INTO``s a fresh ``compact.db`` (recorded as a new file), closes the
-connection, and renames ``compact.db`` over ``primary.db`` (a recorded rename):
-from then on hints start at the new file, and ``gazctl shards prune`` can drop
-the fragments before it.
+**Compaction.** The WAL only grows, and all of it stays live in the log. Once
+the bytes recorded since the last compaction exceed ``compact_ratio`` times
+the database file (and at least ``compact_min_bytes``), the store
+``VACUUM INTO``s a fresh ``db-<n>.sqlite`` (recorded as a new file), switches
+the one-line ``CURRENT`` file to it (a recorded create, write and rename) and
+removes the old database and its WAL: from then on hints start at the new
+file, and ``gazctl shards prune`` can drop the fragments before it. Played
+back to any point, the log gives either the old database with its whole WAL
+or the new one.
 
 Applications use :attr:`SQLiteStore.db`, a normal :class:`apsw.Connection`,
 **on the event loop thread** (the recorder appends from there): inside a
@@ -77,10 +80,10 @@ __all__ = ["RecordingVFS", "SQLiteStore", "SQLiteStoreConfig"]
 
 log = logging.getLogger(__name__)
 
-#: The database file, relative to the shard's recorded directory.
-PRIMARY_DB = "primary.db"
-#: Where compaction writes the fresh copy before renaming it over PRIMARY_DB.
-COMPACT_DB = "compact.db"
+#: The file naming the current database file (one line), in the recorded directory.
+CURRENT = "CURRENT"
+#: The database file of a new store (compaction makes ``db-<n>.sqlite`` files).
+FIRST_DB = "db-000000.sqlite"
 
 _WAL_MAGIC = (0x377F0682, 0x377F0683)
 #: Merged writes are recorded once they reach this size, even before a sync.
@@ -106,6 +109,10 @@ class SQLiteStoreConfig:
     compact_min_bytes: int = 64 << 20
     #: SQLite's page cache, in KiB (``PRAGMA cache_size=-N``).
     cache_kib: int = 32 << 10
+    #: Page size of a new database (``PRAGMA page_size``). A commit records every
+    #: page it changed, whole: small pages record less for scattered small
+    #: updates, large ones suit scans of big rows.
+    page_size: int = 4096
 
 
 class RecordingVFS(apsw.VFS):
@@ -281,6 +288,8 @@ class SQLiteStore:
         self.directory = pathlib.Path(recorder.directory)
         self.vfs = RecordingVFS(recorder)
         self._db: apsw.Connection | None = None
+        #: The current database file's name.
+        self.db_name = FIRST_DB
         #: Compactions done (a counter for tests and metrics).
         self.compactions = 0
         self._open()
@@ -308,24 +317,41 @@ class SQLiteStore:
             raise errors.ConsumerError("SQLiteStore is destroyed")
         return self._db
 
+    def _current(self) -> str:
+        """The name of the current database file (``CURRENT`` names it; none yet: the first)."""
+        try:
+            name = (self.directory / CURRENT).read_text().strip()
+        except FileNotFoundError:
+            return FIRST_DB
+        if not name or "/" in name:
+            raise errors.ConsumerError(f"{self.directory / CURRENT}: not a database name: {name!r}")
+        return name
+
     def _open(self) -> None:
-        leftover = self.directory / COMPACT_DB
-        if leftover.exists():
-            # A compaction that did not reach its rename: the primary database is whole.
-            self.vfs.xDelete(str(leftover), False)
+        current = self._current()
+        # Files of a compaction that did not reach its switch, or of the database it
+        # replaced: only the current database and its WAL are the store.
+        keep = {current, current + "-wal", CURRENT}
+        for path in sorted(self.directory.iterdir()):
+            if path.name not in keep and path.is_file():
+                self.vfs.xDelete(str(path), False)
         db = apsw.Connection(
-            str(self.directory / PRIMARY_DB),
+            str(self.directory / current),
             flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE,
             vfs=self.vfs.vfs_name,
         )
         for pragma in (
+            f"PRAGMA page_size={self.config.page_size}",
             "PRAGMA locking_mode=EXCLUSIVE",
             "PRAGMA journal_mode=WAL",
             "PRAGMA synchronous=FULL",
+            # The WAL is never copied back into the database file (that would record
+            # every page twice): it grows until compaction makes a fresh database.
+            "PRAGMA wal_autocheckpoint=0",
             f"PRAGMA cache_size=-{self.config.cache_kib}",
         ):
             _run(db, pragma)
-        self._db = db
+        self._db, self.db_name = db, current
         with db:
             if self.bootstrap_sql:
                 _run(db, self.bootstrap_sql)
@@ -367,29 +393,49 @@ class SQLiteStore:
         return shard.run_operation("sqlite commit (recorded)", recorded())
 
     def _should_compact(self) -> bool:
-        size = (self.directory / PRIMARY_DB).stat().st_size
+        size = (self.directory / self.db_name).stat().st_size
         threshold = max(self.config.compact_min_bytes, int(self.config.compact_ratio * size))
         return self.vfs.recorded_bytes > threshold
 
     def compact(self) -> None:
-        """Rewrite the database into a fresh recorded file and rename it over the old one.
+        """Copy the database into a fresh recorded file and switch ``CURRENT`` to it.
 
-        Call between transactions (``start_commit`` does, by its policy).
+        Call between transactions (``start_commit`` does, by its policy). The log
+        holds: the new file, whole; then ``CURRENT`` replaced (create, write,
+        rename: the switch, at one op); then the old database and its WAL
+        removed. Played back to any point before the switch, the old database
+        and WAL are whole; after it, the new file is.
         """
-        db = self.db
+        db, rec = self.db, self.recorder
         if db.in_transaction:
             db.execute("COMMIT")
-        compact = self.directory / COMPACT_DB
-        _run(db, "PRAGMA wal_checkpoint(TRUNCATE)")
-        _run(db, "VACUUM INTO ?", (str(compact),))
-        db.close()
-        self._db = None
+        old = self.db_name
+        gen = int(old[3:9]) + 1 if old.startswith("db-") else 1
+        new = f"db-{gen:06d}.sqlite"
+        # VACUUM INTO reads through the WAL: the copy holds every commit.
+        _run(db, "VACUUM INTO ?", (str(self.directory / new),))
         self.vfs.flush()
-        os.replace(compact, self.directory / PRIMARY_DB)
-        self.recorder.record_rename(compact, self.directory / PRIMARY_DB)
+        nxt, current = self.directory / (CURRENT + ".next"), self.directory / CURRENT
+        nxt.write_text(new + "\n")
+        fnode = rec.record_create(nxt)
+        rec.record_write_at(fnode, (new + "\n").encode(), 0)
+        os.replace(nxt, current)
+        rec.record_rename(nxt, current)
+        # Closing checkpoints the old WAL into the old file: writes nobody needs.
+        self.vfs.recording = False
+        try:
+            db.close()
+        finally:
+            self.vfs.recording = True
+            self._db = None
+        for name in (old, old + "-wal"):
+            path = self.directory / name
+            path.unlink(missing_ok=True)
+            if rec.rel(path) in rec.fsm.links:
+                rec.record_remove(path)
         self.vfs.recorded_bytes = 0
         self.compactions += 1
-        log.info("compacted %s into a fresh recorded file", self.directory / PRIMARY_DB)
+        log.info("compacted %s into %s", self.directory / old, new)
         self._open()
 
     async def destroy(self) -> None:
@@ -400,7 +446,7 @@ class SQLiteStore:
             try:
                 db.close()
             except apsw.Error as e:
-                log.warning("closing %s: %s", self.directory / PRIMARY_DB, e)
+                log.warning("closing %s: %s", self.directory / self.db_name, e)
         self.vfs.unregister()
 
 
