@@ -186,6 +186,10 @@ async def test_a_new_primary_opens_the_played_log_and_records_on(
         assert checkpoints.flatten_read_through(cp) == {"src/j": 2}
         assert rows(store.db) == {1: b"\x01"}
         store.db.execute("INSERT INTO kv VALUES (2, x'02')")
+        # Temporary files (no name) pass through unrecorded.
+        store.db.execute("CREATE TEMP TABLE scratch(x)")
+        store.db.executemany("INSERT INTO scratch VALUES (?)", [(b"y" * 5000,)] * 500)
+        assert store.db.execute("SELECT count(*) FROM scratch").fetchone() == (500,)
         await store.start_commit(shard, checkpoint(2), ())  # type: ignore[arg-type]
         hints2 = await rec.build_hints()
 
