@@ -1,23 +1,31 @@
-"""Driving ``gazette-msg``, Go's ``message`` package, from Python tests.
+"""Driving ``gazette-msg`` and ``gazette-rlog`` (Go's ``message`` and ``recoverylog``) from tests.
 
 ``go/main.go`` is ``gazette-msg``, a small program on ``go.gazette.dev/core``
 v0.103 that publishes (committed messages, acknowledged transactions, rolled
 back and never acknowledged messages) and reads (read-committed, through
 Go's Sequencer) journals of JSON lines ``{"UUID", "Seq", "Kind"}``; its doc
-comment is the contract. ``go/build.sh`` builds it once per version of its
-sources into ``<repo>/.cache/go-gazette-msg/<hash>/``.
+comment is the contract. ``go/rlog/main.go`` is ``gazette-rlog``, in the same
+module: it records a fixed script of file operations into a recovery log with
+Go's ``Recorder`` (after a Go ``Player`` hand-off), and plays a log into a
+directory with Go's ``Player``. ``go/build.sh`` builds either once per
+version of the module's sources into ``<repo>/.cache/go-gazette-msg/<hash>/``.
 
-:func:`build` runs that script; :class:`GazetteMsg` runs the binary. The
-helpers :func:`ndjson_journal`, :func:`journal_frames` and
-:func:`uuid_fields` create journals of that content type and look at their
-raw bytes. The fixtures of ``conftest.py`` wrap them for tests (a module of
-its own, as every ``conftest`` of the workspace is imported as ``conftest``).
+:func:`build` runs that script; :class:`GazetteMsg` and :class:`GazetteRlog`
+run the binaries. The helpers :func:`ndjson_journal`, :func:`journal_frames`
+and :func:`uuid_fields` create journals of JSON lines and look at their raw
+bytes; :func:`recoverylog_journal` creates a recovery log. The fixtures of
+``conftest.py`` wrap them for tests (a module of its own, as every
+``conftest`` of the workspace is imported as ``conftest``).
 
 Usage::
 
     gm = GazetteMsg(build())
     summary = gm.publish("http://127.0.0.1:8080", ["a/j"], committed=3, txn=2)
     delivered, done = gm.read("http://127.0.0.1:8080", "a/j")
+
+    rlog = GazetteRlog(build("gazette-rlog"))
+    hints_json, summary = rlog.record("http://127.0.0.1:8080", "recovery/a", "/tmp/go-dir")
+    played = rlog.play("http://127.0.0.1:8080", hints_json, "/tmp/replica")
 """
 
 from __future__ import annotations
@@ -28,8 +36,10 @@ import json
 import pathlib
 import subprocess
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
+from gazette.broker import protocol as pb
 from gazette.broker import testing
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 
@@ -41,9 +51,11 @@ __all__ = [
     "BuildError",
     "GazetteMsg",
     "GazetteMsgError",
+    "GazetteRlog",
     "build",
     "journal_frames",
     "ndjson_journal",
+    "recoverylog_journal",
     "uuid_fields",
 ]
 
@@ -53,6 +65,7 @@ GO_DIR = pathlib.Path(__file__).parent / "go"
 BUILD_TIMEOUT = 600.0
 
 NDJSON = ("content-type", "application/x-ndjson")
+RECOVERYLOG = (pb.LABEL_CONTENT_TYPE, pb.CONTENT_TYPE_RECOVERYLOG)
 
 #: Gazette's transaction flags (message/uuid.go).
 OUTSIDE_TXN, CONTINUE_TXN, ACK_TXN = 0x0, 0x1, 0x2
@@ -71,24 +84,39 @@ class BuildError(RuntimeError):
 
 
 class GazetteMsgError(AssertionError):
-    """``gazette-msg`` exited non-zero or took too long; the message has its stderr."""
+    """A Go program exited non-zero or took too long; the message has its stderr."""
 
 
-def build() -> pathlib.Path:
-    """Build ``gazette-msg`` (or find it built) and return its path; needs ``go`` on PATH."""
+def build(program: str = "gazette-msg") -> pathlib.Path:
+    """Build ``program`` (or find it built) and return its path; needs ``go`` on PATH."""
     try:
         proc = subprocess.run(
-            [str(GO_DIR / "build.sh")],
+            [str(GO_DIR / "build.sh"), program],
             capture_output=True,
             text=True,
             timeout=BUILD_TIMEOUT,
             check=False,
         )
     except subprocess.TimeoutExpired as e:
-        raise BuildError(f"building gazette-msg took over {BUILD_TIMEOUT}s:\n{e.stderr}") from e
+        raise BuildError(f"building {program} took over {BUILD_TIMEOUT}s:\n{e.stderr}") from e
     if proc.returncode != 0:
-        raise BuildError(f"building gazette-msg failed (exit {proc.returncode}):\n{proc.stderr}")
+        raise BuildError(f"building {program} failed (exit {proc.returncode}):\n{proc.stderr}")
     return pathlib.Path(proc.stdout.strip().splitlines()[-1])
+
+
+def _run(binary: pathlib.Path, args: Sequence[str], timeout: float, stdin: bytes = b"") -> str:
+    """Run ``binary`` with ``args`` (bounded by ``--timeout`` and from here); its stdout."""
+    argv = [str(binary), *args, f"--timeout={int(timeout)}s"]
+    try:
+        proc = subprocess.run(
+            argv, input=stdin, capture_output=True, timeout=timeout + 10, check=False
+        )
+    except subprocess.TimeoutExpired as e:
+        raise GazetteMsgError(f"{' '.join(argv)}: timed out\n{e.stderr!r}") from e
+    if proc.returncode != 0:
+        stderr = proc.stderr.decode(errors="replace")
+        raise GazetteMsgError(f"{' '.join(argv)}: exit {proc.returncode}\n{stderr[-4000:]}")
+    return proc.stdout.decode()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,18 +128,8 @@ class GazetteMsg:
     timeout: float = 60.0
 
     def run(self, *args: str) -> list[dict[str, Any]]:
-        argv = [str(self.binary), *args, f"--timeout={int(self.timeout)}s"]
-        try:
-            proc = subprocess.run(
-                argv, capture_output=True, text=True, timeout=self.timeout + 10, check=False
-            )
-        except subprocess.TimeoutExpired as e:
-            raise GazetteMsgError(f"{' '.join(argv)}: timed out\n{e.stderr}") from e
-        if proc.returncode != 0:
-            raise GazetteMsgError(
-                f"{' '.join(argv)}: exit {proc.returncode}\n{proc.stderr[-4000:]}"
-            )
-        return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+        out = _run(self.binary, args, self.timeout)
+        return [json.loads(line) for line in out.splitlines() if line.strip()]
 
     def publish(
         self,
@@ -167,6 +185,71 @@ class GazetteMsg:
     async def aread(self, *args: Any, **kwargs: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """:meth:`read` off the event loop."""
         return await asyncio.to_thread(self.read, *args, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class GazetteRlog:
+    """Runs the ``gazette-rlog`` binary (Go's recoverylog ``Recorder`` and ``Player``)."""
+
+    binary: pathlib.Path
+    #: Bounds each command (passed as its ``--timeout``, and enforced from here).
+    timeout: float = 60.0
+
+    def record(
+        self,
+        broker: str,
+        log: str,
+        directory: pathlib.Path,
+        *,
+        author: int = 0,
+        hints: bytes | None = None,
+    ) -> tuple[bytes, dict[str, Any]]:
+        """``gazette-rlog record``: (the FSMHints JSON exactly as Go marshalled it, summary).
+
+        ``hints`` (JSON) are recovered from before recording; without them Go
+        plays the log from its start. They may be of another log: Go then
+        hands that log off and fences ``log`` with a no-op before recording.
+        The summary is ``{"author", "files"}``, files mapping relative paths
+        to ``{"size", "sha256"}``.
+        """
+        args = ["record", f"--broker={broker}", f"--log={log}", f"--dir={directory}"]
+        args.append(f"--author={author}")
+        if hints is not None:
+            args.append("--hints=-")
+        hints_line, summary = _run(self.binary, args, self.timeout, hints or b"").splitlines()
+        return hints_line.encode(), json.loads(summary)
+
+    def play(
+        self, broker: str, hints: bytes, directory: pathlib.Path, *, handoff: int = 0
+    ) -> dict[str, Any]:
+        """``gazette-rlog play`` of the FSMHints JSON ``hints`` into ``directory``.
+
+        Stops at the write head, or hands the log off to ``handoff`` if non-zero.
+        Returns ``{"files", "next_seq_no", "next_checksum", "last_log", "hints"}``.
+        """
+        args = ["play", f"--broker={broker}", "--hints=-", f"--dir={directory}"]
+        args.append(f"--handoff={handoff}")
+        (summary,) = _run(self.binary, args, self.timeout, hints).splitlines()
+        result: dict[str, Any] = json.loads(summary)
+        return result
+
+    async def arecord(self, *args: Any, **kwargs: Any) -> tuple[bytes, dict[str, Any]]:
+        """:meth:`record` off the event loop."""
+        return await asyncio.to_thread(self.record, *args, **kwargs)
+
+    async def aplay(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """:meth:`play` off the event loop."""
+        return await asyncio.to_thread(self.play, *args, **kwargs)
+
+
+async def recoverylog_journal(cluster: testing.BrokerCluster, name: str) -> None:
+    """Create recovery log ``name`` (the cluster's store) and wait until it's writable."""
+    async with cluster.channel(0) as ch:
+        stub = pb2_grpc.JournalStub(ch)
+        await testing.apply_specs(
+            stub, testing.journal_spec(name, labels=[RECOVERYLOG], stores=[cluster.store_url])
+        )
+        await testing.wait_writable(stub, name)
 
 
 async def ndjson_journal(cluster: testing.BrokerCluster, name: str) -> None:

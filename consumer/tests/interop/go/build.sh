@@ -1,40 +1,59 @@
 #!/usr/bin/env bash
-# Builds gazette-msg (main.go: Go's go.gazette.dev/core/message publishing and
-# reading our journals) once per version of its sources, and prints the
-# binary's path on stdout.
+# Builds the Go interop programs of this module once per version of their
+# sources, and prints the path of the requested one on stdout:
 #
-# The binary goes to <repo>/.cache/go-gazette-msg/<hash>/gazette-msg (.cache/
-# is git-ignored), where <hash> covers go.mod, go.sum, main.go, this script
-# and `go version`: an unchanged tree reuses the binary without invoking the
-# Go toolchain again. Modules come from the Go module proxy on first build.
+#   gazette-msg   (main.go)      Go's go.gazette.dev/core/message publishing
+#                                and reading our journals;
+#   gazette-rlog  (rlog/main.go) Go's consumer/recoverylog recording and
+#                                playing our recovery logs.
+#
+# Binaries go to <repo>/.cache/go-gazette-msg/<hash>/<program> (.cache/ is
+# git-ignored), where <hash> covers go.mod, go.sum, every .go file of the
+# module, this script and `go version`: an unchanged tree reuses the binary
+# without invoking the Go toolchain again. Modules come from the Go module
+# proxy on first build.
 #
 # Built with CGO_ENABLED=0 and the `nozstd` tag: the only cgo dependency of
-# the message and client packages is DataDog/zstd (broker/codecs), used to
-# read zstd fragments straight from a store; this program always reads
-# through brokers, which decompress.
+# the packages used is DataDog/zstd (broker/codecs), used to read zstd
+# fragments straight from a store; these programs always read through
+# brokers, which decompress.
 #
-# Usage: consumer/tests/interop/go/build.sh   (needs `go` on PATH)
+# Usage: consumer/tests/interop/go/build.sh [gazette-msg|gazette-rlog]
+#        (default gazette-msg; needs `go` on PATH)
 set -euo pipefail
 
 src="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$src/../../../.." && pwd)"
+program="${1:-gazette-msg}"
+case "$program" in
+    gazette-msg) pkg="." ;;
+    gazette-rlog) pkg="./rlog" ;;
+    *) echo "build.sh: unknown program $program (want gazette-msg or gazette-rlog)" >&2; exit 2 ;;
+esac
+
 go_version="$(go version)"
 hash="$(
-    { cat "$src/go.mod" "$src/go.sum" "$src/main.go" "$src/build.sh"; echo "$go_version"; } \
-        | sha256sum | cut -c1-16
+    {
+        cat "$src/go.mod" "$src/go.sum" "$src/build.sh"
+        # Each source's path too: moving a file changes the build.
+        (cd "$src" && find . -name '*.go' -type f | LC_ALL=C sort | while read -r f; do
+            echo "$f"; cat "$f"
+        done)
+        echo "$go_version"
+    } | sha256sum | cut -c1-16
 )"
 out_dir="$repo/.cache/go-gazette-msg/$hash"
-bin="$out_dir/gazette-msg"
+bin="$out_dir/$program"
 
 if [[ ! -x "$bin" ]]; then
     mkdir -p "$out_dir"
     # Build beside the target and rename: concurrent builds (pytest-xdist
     # workers) never see a half-written binary.
-    tmp="$(mktemp "$out_dir/.gazette-msg.XXXXXX")"
+    tmp="$(mktemp "$out_dir/.$program.XXXXXX")"
     trap 'rm -f "$tmp"' EXIT
     (
         cd "$src"
-        CGO_ENABLED=0 go build -mod=readonly -trimpath -tags nozstd -o "$tmp" .
+        CGO_ENABLED=0 go build -mod=readonly -trimpath -tags nozstd -o "$tmp" "$pkg"
     ) >&2
     mv -f "$tmp" "$bin"
     trap - EXIT

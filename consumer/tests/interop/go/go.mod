@@ -4,6 +4,7 @@ go 1.25
 
 require (
 	github.com/google/uuid v1.6.0
+	github.com/spf13/afero v1.15.0
 	go.gazette.dev/core v0.103.0
 	google.golang.org/grpc v1.76.0
 )

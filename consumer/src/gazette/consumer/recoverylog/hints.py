@@ -60,7 +60,13 @@ def hints_to_json(hints: FSMHints) -> bytes:
             prop["content"] = p.content
         props.append(prop)
     doc["properties"] = props or None
-    return json.dumps(doc, separators=(",", ":")).encode()
+    text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+    return text.translate(_GO_ESCAPES).encode()
+
+
+# Go's encoding/json writes non-ASCII as UTF-8 but escapes these (HTML safety, and
+# the two JavaScript line terminators); Python's json escapes none of them.
+_GO_ESCAPES = {ord(c): f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029"}
 
 
 def hints_from_value(value: bytes) -> FSMHints:

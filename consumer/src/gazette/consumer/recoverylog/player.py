@@ -76,19 +76,62 @@ class Player:
         """
         if end_offset is not None and (handoff_author is not None or tail_until is not None):
             raise ValueError("end_offset excludes a hand-off and tailing")
+        try:
+            return await self._play(handoff_author, tailing, tail_until, end_offset)
+        except BaseException:
+            # Leave nothing half-played behind (Gazette removes the directory too).
+            self._abort()
+            raise
+
+    def _abort(self) -> None:
+        for staged_file in self._files.values():
+            staged_file.close()
+        self._files.clear()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    async def _play(
+        self,
+        handoff_author: int | None,
+        tailing: asyncio.Event | None,
+        tail_until: asyncio.Event | None,
+        end_offset: int | None,
+    ) -> FSM:
         journal = self.hints.log
         if self.directory.exists():
             shutil.rmtree(self.directory)
         self._staging.mkdir(parents=True)
-        head = int((await client.append(self.jc, journal, b"")).commit.end)
+        # The write head of every log the hints name (a shard that recovered from one
+        # log and records into another has hints spanning both).
+        heads: dict[str, int] = {}
+        for log_name in (journal, *(seg.log or journal for seg in self.fsm.hinted_segments)):
+            if log_name not in heads:
+                heads[log_name] = int((await client.append(self.jc, log_name, b"")).commit.end)
         if end_offset is not None:
-            head = min(head, end_offset)
+            heads[journal] = min(heads[journal], end_offset)
         for seg in self.fsm.hinted_segments:
-            if seg.log == journal and (seg.first_offset >= head or seg.last_offset > head):
+            head = heads[seg.log or journal]
+            if seg.first_offset >= head or seg.last_offset > head:
                 raise errors.RecoveryLogError(
-                    f"{journal}: hinted segment {seg.first_seq_no}..{seg.last_seq_no} lies beyond"
-                    f" the write head {head} (possible data loss)"
+                    f"{seg.log or journal}: hinted segment {seg.first_seq_no}..{seg.last_seq_no}"
+                    f" lies beyond the write head {head} (possible data loss)"
                 )
+        # Hinted segments of other logs come first: read each where it lies.
+        while self.fsm.has_remaining_hints:
+            seg = self.fsm.hinted_segments[0]
+            other = seg.log or journal
+            if other == journal:
+                break
+            progress = (len(self.fsm.hinted_segments), self.fsm.next_seq_no)
+            self._buf.clear()
+            self._offset = seg.first_offset
+            await self._read(other, seg.first_offset, seg.last_offset or heads[other])
+            if (len(self.fsm.hinted_segments), self.fsm.next_seq_no) == progress:
+                raise errors.RecoveryLogError(
+                    f"{other}: hinted segment {seg.first_seq_no}..{seg.last_seq_no} at"
+                    f" {seg.first_offset} was not found (possible data loss)"
+                )
+        self._buf.clear()
+        head = heads[journal]
         start = self.fsm.hinted_segments[0].first_offset if self.fsm.has_remaining_hints else 0
         self._offset = start
         await self._read(journal, start, head)

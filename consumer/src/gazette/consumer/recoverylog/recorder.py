@@ -26,9 +26,13 @@ from gazette.broker import protocol as pb
 from gazette.consumer.recoverylog import errors
 from gazette.consumer.recoverylog.fsm import FSM
 from gazette.consumer.recoverylog.ops import encode_op, format_author
-from gazette.consumer.recoverylog.recorded_op_pb2 import FSMHints, RecordedOp
+from gazette.consumer.recoverylog.recorded_op_pb2 import FSMHints, Property, RecordedOp
 
-__all__ = ["Recorder", "author_selector"]
+__all__ = ["PROPERTY_FILES", "Recorder", "author_selector"]
+
+#: Paths recorded as properties (their whole content in one op) rather than as
+#: files, as Gazette's recorder does: RocksDB's ``IDENTITY``, written once.
+PROPERTY_FILES = frozenset({"/IDENTITY"})
 
 
 def author_selector(author: int) -> pb.LabelSelector:
@@ -90,7 +94,7 @@ class Recorder:
     def record_create(self, path: str | os.PathLike[str]) -> int:
         """A new (or truncated) file at ``path``; returns its fnode."""
         rel = self.rel(path)
-        if rel in self.fsm.properties:
+        if rel in self.fsm.properties or rel in PROPERTY_FILES:
             raise errors.RecoveryLogError(f"{rel} is a property, not a file")
         old = self.fsm.links.get(rel)
         if old is not None:
@@ -116,12 +120,18 @@ class Recorder:
         self._record(RecordedOp(link=RecordedOp.Link(fnode=fnode, path=self.rel(target))))
 
     def record_rename(self, src: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+        """``src`` renamed over ``target`` (already done on disk: a property's content
+        is read from ``target``)."""
         s, t = self.rel(src), self.rel(target)
         fnode = self._fnode(s)
         replaced = self.fsm.links.get(t)
         if replaced is not None:
             self._record(RecordedOp(unlink=RecordedOp.Link(fnode=replaced, path=t)))
-        self._record(RecordedOp(link=RecordedOp.Link(fnode=fnode, path=t)))
+        if t in PROPERTY_FILES:
+            content = (self.directory / t.lstrip("/")).read_text()
+            self._record(RecordedOp(property=Property(path=t, content=content)))
+        else:
+            self._record(RecordedOp(link=RecordedOp.Link(fnode=fnode, path=t)))
         self._record(RecordedOp(unlink=RecordedOp.Link(fnode=fnode, path=s)))
 
     def barrier(self, wait_for: list[client.AsyncOperation] | None = None) -> client.AsyncAppend:
