@@ -10,7 +10,9 @@ MEMBERS := broker consumer gazctl operator spark
 SRC_DIRS := $(foreach m,$(MEMBERS),$(m)/src)
 # Where `make up` keeps etcd data, spools and the file:// store.
 DATA   ?= .local
-# Extra flags of `make up`, e.g. UP_ARGS="--etcd-port 0 --broker-port 0 --gateway-port 0".
+# Extra flags of `make up` (`.venv/bin/python -m devcluster --help`): ports derive from
+# etcd's E (peer E+1) and the first broker's B (broker i: gRPC B+2i, HTTP B+2i+1), e.g.
+# UP_ARGS="--port-base 9000" (etcd 9000, brokers 9002..9007) or "--etcd-port 0 --broker-port 0" (any).
 UP_ARGS ?=
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
@@ -24,9 +26,10 @@ help: ## List the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
 
 $(VENV)/.installed: constraints.txt requirements/dev.in $(foreach m,$(MEMBERS),$(m)/pyproject.toml)
+	@echo "installing the virtualenv in $(VENV) (every member and the dev tools; a few minutes the first time)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --disable-pip-version-check "uv==$$(sed -n 's/^uv==//p' requirements/tools.txt)"
-	$(UV) pip install --python $(PY) -q -c constraints.txt -r requirements/dev.in
+	$(UV) pip install --python $(PY) -c constraints.txt -r requirements/dev.in
 	@touch $@
 
 .PHONY: install
@@ -113,7 +116,7 @@ bench: $(VENV)/.installed ## Benchmarks (figures, not pass/fail).
 	$(PY) -m bench
 
 .PHONY: up
-up: $(VENV)/.installed ## Start etcd, 3 brokers in 2 zones and the HTTP gateway under $(DATA)/; apply examples/journals.yaml.
+up: $(VENV)/.installed ## Start etcd, 3 brokers in 2 zones and the HTTP gateway under $(DATA)/; apply examples/journals.yaml. Ports: UP_ARGS="--port-base P".
 	$(PY) -m devcluster up --data $(DATA) $(UP_ARGS)
 
 .PHONY: down

@@ -18,9 +18,13 @@ The cluster: one etcd on Gazette's default address, ``http://localhost:2379``;
 three brokers in two zones (``zone-a``, ``zone-b``), the first on Gazette's
 default broker address ``http://localhost:8080``, sharing a ``file://`` fragment
 store under ``<data>/fragments``. Each broker serves the journal HTTP gateway
-(``curl``'s way in) and ``/debug/`` on its HTTP port, the first on
-``http://localhost:8081``. A port that is taken is replaced by a free one, and
-said so. Once every process serves, ``up`` applies
+(``curl``'s way in) and ``/debug/`` on its HTTP port, one above its gRPC port.
+
+Ports derive from two numbers: etcd's client port ``E`` (peer ``E + 1``) and
+the first broker's port ``B`` (broker *i* on ``B + 2i``, its HTTP port on
+``B + 2i + 1``); ``--port-base P`` sets both at once (``E = P``, ``B = P + 2``).
+A port that is taken is replaced by a free one (the HTTP port still one above),
+and said so; a port held only by connections in TIME-WAIT is not taken. Once every process serves, ``up`` applies
 ``examples/journals.yaml`` (journals labelled ``topic=logs`` and others), waits
 until they take appends, and prints what to try next. ``<data>/env`` holds
 ``BROKER_ADDRESS`` and ``GATEWAY`` (the first broker's HTTP port) for a
@@ -74,7 +78,6 @@ STATE_FILE = "devcluster.json"
 DEFAULT_ETCD_PORT = 2379
 DEFAULT_ETCD_PEER_PORT = 2380
 DEFAULT_BROKER_PORT = 8080
-DEFAULT_GATEWAY_PORT = 8081
 #: Seconds ``down`` waits for a graceful exit after SIGTERM before SIGKILL. A
 #: broker drains for at most its --broker.drain-timeout (:data:`DRAIN_TIMEOUT`)
 #: and then persists its spools: this leaves it ample time for both.
@@ -97,15 +100,16 @@ Say = Callable[[str], None]
 class Options:
     """What ``up`` was asked for. A port of 0 means any free port.
 
-    ``broker_port`` is the first broker's gRPC port and ``gateway_port`` its HTTP
-    port, where it serves the journal HTTP gateway (the others take free ports);
+    ``etcd_port`` is etcd's client port (its peer port is the next one);
+    ``broker_port`` is the first broker's gRPC port: broker *i* listens on
+    ``broker_port + 2i`` and serves its HTTP gateway one port above (the same
+    distance on every broker: Location headers rely on it).
     ``journals`` is the YAML hierarchy applied once the brokers serve (None: none).
     """
 
     data: pathlib.Path
     etcd_port: int = DEFAULT_ETCD_PORT
     broker_port: int = DEFAULT_BROKER_PORT
-    gateway_port: int = DEFAULT_GATEWAY_PORT
     journals: pathlib.Path | None = EXAMPLE_JOURNALS
     #: Seconds to wait for each process to serve.
     timeout: float = 90.0
@@ -147,8 +151,9 @@ def _start_etcd(options: Options, started: list[Process], say: Say) -> Process:
             "instead; point clients at the endpoint below (--etcd.address)"
         )
         port = 0
-    peer = DEFAULT_ETCD_PEER_PORT if port == DEFAULT_ETCD_PORT else 0
+    peer = port + 1 if port else 0
     if peer and not testing.port_is_free(peer):
+        say(f"etcd's peer port {peer} is already in use: using a free one")
         peer = 0
     server = testing.EtcdServer(
         # Absolute: etcd runs in this directory, so a relative --data-dir would nest.
@@ -164,19 +169,29 @@ def _start_etcd(options: Options, started: list[Process], say: Say) -> Process:
     return Process("etcd", server.release(), argv, server.endpoint, str(server.log_path))
 
 
-def _port(wanted: int, what: str, say: Say, taken: set[int]) -> int:
-    """``wanted`` if it is free, else a free port not in ``taken``; added to ``taken``.
+def _port_pair(wanted: int, what: str, say: Say, taken: set[int]) -> int:
+    """``wanted`` if it and the port above are free, else a free such pair not in
+    ``taken``; both are added to ``taken``.
 
     Started brokers may not have bound their ports yet, and a port just probed
     and closed can be handed out again: ``taken`` keeps two components of one
     ``up`` from being given the same port.
     """
-    if wanted and (wanted in taken or not testing.port_is_free(wanted)):
-        say(f"port {wanted} is already in use: starting {what} on a free port instead")
+
+    def free(p: int) -> bool:
+        return (
+            p not in taken
+            and p + 1 not in taken
+            and testing.port_is_free(p)
+            and testing.port_is_free(p + 1)
+        )
+
+    if wanted and not free(wanted):
+        say(f"port {wanted} or {wanted + 1} is already in use: starting {what} on free ports")
         wanted = 0
-    while not wanted or wanted in taken:
-        wanted = testing.free_port()
-    taken.add(wanted)
+    while not wanted or not free(wanted):
+        wanted = testing.free_port_pairs(1)[0]
+    taken.update((wanted, wanted + 1))
     return wanted
 
 
@@ -238,10 +253,9 @@ def _broker_starter(index: int) -> Callable[[Options, list[Process], Say], Proce
 
     def start(options: Options, started: list[Process], say: Say) -> Process:
         taken = _ports_of(started)
-        port = _port(options.broker_port if index == 0 else 0, suffix, say, taken)
-        http_port = _port(
-            options.gateway_port if index == 0 else 0, f"{suffix}'s HTTP port", say, taken
-        )
+        wanted = options.broker_port + 2 * index if options.broker_port else 0
+        port = _port_pair(wanted, suffix, say, taken)
+        http_port = port + 1
         bdir = options.data / "brokers" / suffix
         file_root = options.data / "fragments"
         file_root.mkdir(parents=True, exist_ok=True)

@@ -11,26 +11,35 @@ from gazette.keyspace import testing
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m devcluster")
+    parser = argparse.ArgumentParser(
+        prog="python -m devcluster",
+        description="A local cluster: etcd and 3 brokers in 2 zones over a file:// store. "
+        "Ports: etcd E (peer E+1); broker i gRPC B+2i, its HTTP gateway B+2i+1. "
+        "A taken port is replaced by a free one, and said so.",
+    )
     parser.add_argument("command", choices=["up", "down", "status"])
     parser.add_argument("--data", type=pathlib.Path, default=pathlib.Path(".local"))
+    parser.add_argument(
+        "--port-base",
+        type=int,
+        default=None,
+        metavar="P",
+        help="derive every port from P: etcd P (peer P+1), brokers from P+2",
+    )
     parser.add_argument(
         "--etcd-port",
         type=int,
         default=devcluster.DEFAULT_ETCD_PORT,
-        help="etcd client port (default 2379; a free port is used when it's taken; 0: any)",
+        metavar="E",
+        help="etcd client port E, peer E+1 (default 2379, gazctl's default; 0: any)",
     )
     parser.add_argument(
         "--broker-port",
         type=int,
         default=devcluster.DEFAULT_BROKER_PORT,
-        help="first broker's port (default 8080, gazctl's default --broker.address; 0: any)",
-    )
-    parser.add_argument(
-        "--gateway-port",
-        type=int,
-        default=devcluster.DEFAULT_GATEWAY_PORT,
-        help="first broker's HTTP port, serving the journal HTTP gateway (default 8081; 0: any)",
+        metavar="B",
+        help="first broker's gRPC port B (default 8080, gazctl's default --broker.address;"
+        " 0: any free pairs)",
     )
     parser.add_argument(
         "--journals",
@@ -49,11 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "up":
+        etcd_port, broker_port = args.etcd_port, args.broker_port
+        if args.port_base is not None:
+            etcd_port = args.port_base
+            broker_port = args.port_base + 2 if args.port_base else 0
         options = devcluster.Options(
             data=args.data,
-            etcd_port=args.etcd_port,
-            broker_port=args.broker_port,
-            gateway_port=args.gateway_port,
+            etcd_port=etcd_port,
+            broker_port=broker_port,
             journals=None if args.no_journals else args.journals,
         )
         try:

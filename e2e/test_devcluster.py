@@ -25,7 +25,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 def run(*args: str, cwd: pathlib.Path | None = None) -> str:
     if args[0] == "up":  # Never the developer's own ports.
-        args = (*args, "--broker-port", "0", "--gateway-port", "0", "--no-journals")
+        args = (*args, "--broker-port", "0", "--no-journals")
     out = subprocess.run(
         [sys.executable, "-m", "devcluster", *args],
         env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -126,3 +126,51 @@ def test_down_leaves_other_processes_alone(data: pathlib.Path) -> None:
         other.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             other.wait(10)
+
+
+def _free_run(length: int) -> int:
+    """A port P with P..P+length-1 all free (as a server with SO_REUSEADDR sees them)."""
+    from gazette.keyspace import testing
+
+    for _ in range(200):
+        base = testing.free_port_pairs(1)[0]
+        if base + length < 65536 and all(
+            testing.port_is_free(p) for p in range(base, base + length)
+        ):
+            return base
+    raise OSError(f"no run of {length} free ports")
+
+
+def test_port_base_derives_every_port_and_a_quick_second_up_keeps_them(
+    data: pathlib.Path,
+) -> None:
+    base = _free_run(8)
+    args = ("--data", str(data), "--port-base", str(base), "--no-journals")
+    out = subprocess.run(
+        [sys.executable, "-m", "devcluster", "up", *args],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+    ).stdout
+    processes = {p.name: p for p in devcluster.read_state(data)}
+    assert processes["etcd"].endpoint.endswith(f":{base}"), out
+    for i in range(3):
+        b = processes[f"broker-{i}"]
+        assert b.endpoint == f"http://127.0.0.1:{base + 2 + 2 * i}"
+        assert b.http == f"http://127.0.0.1:{base + 3 + 2 * i}"
+    assert "already in use" not in out
+    run("down", "--data", str(data))
+    # Straight up again: sockets of the last run linger in TIME-WAIT, yet the ports stay.
+    out = subprocess.run(
+        [sys.executable, "-m", "devcluster", "up", *args],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+    ).stdout
+    assert "already in use" not in out, out
+    assert devcluster.read_state(data)[1].endpoint == f"http://127.0.0.1:{base + 2}"
+    run("down", "--data", str(data))

@@ -31,7 +31,7 @@ def make(target: str, data: pathlib.Path) -> str:
             "--no-print-directory",
             target,
             f"DATA={data}",
-            "UP_ARGS=--etcd-port 0 --broker-port 0 --gateway-port 0",
+            "UP_ARGS=--etcd-port 0 --broker-port 0",
         ],
         cwd=REPO,
         capture_output=True,

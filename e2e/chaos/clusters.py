@@ -142,7 +142,7 @@ def _tail(log: pathlib.Path, lines: int = 15) -> str:
 class DevCluster:
     """The ``make up`` cluster under ``data``, on free ports."""
 
-    UP_ARGS = "--etcd-port 0 --broker-port 0 --gateway-port 0 --no-journals"
+    UP_ARGS = "--etcd-port 0 --broker-port 0 --no-journals"
 
     def __init__(self, data: pathlib.Path, say: Callable[[str], None] = print) -> None:
         self.data = data

@@ -127,3 +127,12 @@ async def test_aborted_appender_commits_nothing(fake: FakeBroker, jc: client.Jou
     app.abort()
     await client.append(jc, "a/journal", b"whole")
     assert bytes(fake.content["a/journal"]) == b"whole"
+
+
+def test_index_has_greater_offset_names_the_fix() -> None:
+    err = client.errors.status_error(pb.INDEX_HAS_GREATER_OFFSET, journal="my/own/journal")
+    assert isinstance(err, client.errors.IndexHasGreaterOffset)
+    text = str(err)
+    assert text.startswith("INDEX_HAS_GREATER_OFFSET (journal my/own/journal)")
+    assert "gazctl journals reset-head -l name=my/own/journal" in text
+    assert "--etcd.lease + 2s" in text

@@ -468,7 +468,9 @@ def test_replicate_request_content() -> None:
         ],
     )
     msg = pb.ReplicateRequest(content=b"data", header=_header())
-    assert _err(msg).startswith("unexpected Header with Content (process_id {")
+    # Go formats the Header with its compact text form (trailing space included).
+    assert _err(msg).startswith("unexpected Header with Content (process_id:<zone:")
+    assert _err(msg).endswith("raft_term:78 > )")
 
 
 def test_replicate_response() -> None:

@@ -56,6 +56,7 @@ __all__ = [
     "append",
     "apply_specs",
     "free_port",
+    "free_port_pairs",
     "free_ports",
     "journal_spec",
     "read",
@@ -68,6 +69,7 @@ _MAX_MESSAGE = 64 << 20
 
 free_port = ks_testing.free_port
 free_ports = ks_testing.free_ports
+free_port_pairs = ks_testing.free_port_pairs
 
 
 @dataclasses.dataclass
@@ -245,11 +247,12 @@ class BrokerCluster:
         self.file_root.mkdir(parents=True, exist_ok=True)
         self.brokers: list[BrokerProcess] = []
         penv = {**os.environ, **(env or {})}
-        ports = free_ports(2 * brokers)
+        # HTTP = gRPC + 1 on every broker, so Location headers name a peer's HTTP port.
+        ports = free_port_pairs(brokers)
         for i in range(brokers):
             zone = zones[i % len(zones)]
             suffix = f"broker-{i:02d}"
-            port, http_port = ports[2 * i], ports[2 * i + 1]
+            port, http_port = ports[i], ports[i] + 1
             bdir = self.work_dir / suffix
             bdir.mkdir(parents=True, exist_ok=True)
             args = [

@@ -142,7 +142,17 @@ class WrongAppendOffset(StatusError):
 
 
 class IndexHasGreaterOffset(StatusError):
-    pass
+    """The journal's persisted fragments end past its write head (its spools were lost
+    or wiped while the store kept their content). The message names the fix."""
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        name = self.journal or "<journal>"
+        return (
+            f"{text}: the journal's fragment store holds content past its write head;"
+            f" brokers resume at the store's end by themselves after --etcd.lease + 2s,"
+            f" or run `gazctl journals reset-head -l name={name}`"
+        )
 
 
 class RegisterMismatch(StatusError):

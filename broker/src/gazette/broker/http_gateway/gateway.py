@@ -160,16 +160,38 @@ def parse_append_request(target: str) -> pb.AppendRequest:
     return req
 
 
-def _header_fields(header: pb.Header, path: str) -> list[tuple[str, str]]:
+def _header_fields(
+    header: pb.Header, path: str, offset: int | None, host: str
+) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     route = header.route
     if route.members:
-        out.append(("X-Route-Token", gotext.message_text(route)))
+        # Go's net/http trims the value's trailing space when it writes the header.
+        out.append(("X-Route-Token", gotext.message_text(route).strip()))
         if route.primary != -1 and len(route.endpoints) > route.primary:
-            loc = urllib.parse.urlsplit(route.endpoints[route.primary])
-            joined = posixpath.join(loc.path or "/", path.lstrip("/"))
-            out.append(("Location", urllib.parse.urlunsplit(loc._replace(path=joined))))
+            location = _location(route.endpoints[route.primary], path, offset, host)
+            if location:
+                out.append(("Location", location))
     return out
+
+
+def _location(endpoint: str, path: str, offset: int | None, host: str) -> str:
+    """Where an HTTP client finds the journal at ``path``.
+
+    Gazette's brokers serve HTTP on their gRPC port, so its Location is the
+    primary's endpoint. Ours serve HTTP on a second port: with ``offset`` (the
+    distance between the two ports, the same on every broker of a cluster)
+    Location is the primary's HTTP port; without it (a gateway of its own) it is
+    this gateway, as the client addressed it (``host``), which proxies any journal.
+    """
+    if offset is None:
+        return f"http://{host}/{path.lstrip('/')}" if host else ""
+    loc = urllib.parse.urlsplit(endpoint)
+    if loc.port is None:
+        return ""
+    netloc = loc.netloc.rsplit(":", 1)[0] + f":{loc.port + offset}"
+    joined = posixpath.join(loc.path or "/", path.lstrip("/"))
+    return urllib.parse.urlunsplit(loc._replace(netloc=netloc, path=joined))
 
 
 _READ_STATUS_CODES = {
@@ -182,10 +204,14 @@ _READ_STATUS_CODES = {
 class Gateway:
     """Serves the gateway's routes through ``channel`` (a grpc.aio channel to a broker)."""
 
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    def __init__(self, channel: grpc.aio.Channel, location_port_offset: int | None = None) -> None:
         self._stub = pb_grpc.JournalStub(channel)
+        #: See :func:`_location`; a broker sets it once both its ports are bound.
+        self.location_port_offset = location_port_offset
 
-    async def read(self, method: str, target: str, authorization: str = "") -> Reply:
+    async def read(
+        self, method: str, target: str, authorization: str = "", host: str = ""
+    ) -> Reply:
         req = parse_read_request(method, target)
         path = split_target(target)[0]
         metadata = (("authorization", authorization),) if authorization else None
@@ -201,7 +227,7 @@ class Gateway:
 
         headers: list[tuple[str, str]] = []
         if first.HasField("header"):
-            headers += _header_fields(first.header, path)
+            headers += _header_fields(first.header, path, self.location_port_offset, host)
         if first.HasField("fragment"):
             frag = first.fragment
             headers.append(("X-Fragment-Name", pb.fragment_content_name(frag)))
@@ -224,6 +250,8 @@ class Gateway:
             call.cancel()
             return Reply(206, headers)
 
+        # Journal content is bytes: say so rather than let a client sniff it.
+        headers.append(("Content-Type", "application/octet-stream"))
         headers.append(("Trailer", CLOSE_ERROR_HEADER))
         reply = Reply(206, headers)
         reply.stream = self._stream_content(call, req.offset, first, reply)
@@ -272,6 +300,7 @@ class Gateway:
         authorization: str = "",
         *,
         body_timeout: float | None = None,
+        host: str = "",
     ) -> Reply:
         """Append the body (``body()`` returns its next bytes, b"" at the end) atomically.
 
@@ -315,7 +344,7 @@ class Gateway:
             call.cancel()  # The HTTP client went away or stalled: abort, so nothing commits.
             raise
         assert isinstance(resp, pb.AppendResponse)
-        headers = _header_fields(resp.header, path)
+        headers = _header_fields(resp.header, path, self.location_port_offset, host)
         if resp.HasField("commit"):
             headers += [
                 ("X-Commit-Begin", str(resp.commit.begin)),

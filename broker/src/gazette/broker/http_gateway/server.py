@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import email.utils
 import http
 import logging
 from collections.abc import Callable
@@ -67,7 +68,11 @@ def _response(status: int, headers: list[tuple[str, str]]) -> h11.Response:
         reason = http.HTTPStatus(status).phrase
     except ValueError:
         reason = ""
-    return h11.Response(status_code=status, headers=headers, reason=reason)
+    fields = [*headers, ("Date", email.utils.formatdate(usegmt=True))]
+    if status >= 400:
+        # As Go's http.Error: an error body is text, never to be sniffed as anything else.
+        fields.append(("X-Content-Type-Options", "nosniff"))
+    return h11.Response(status_code=status, headers=fields, reason=reason)
 
 
 class Server:
@@ -90,8 +95,18 @@ class Server:
         self._registry = registry or prom.REGISTRY
         self._channel = dial.channel(grpc_endpoint)
         self._gateway = gateway.Gateway(self._channel)
+
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+
+    @property
+    def location_port_offset(self) -> int | None:
+        """The HTTP port minus the gRPC port of every broker (see ``gateway._location``)."""
+        return self._gateway.location_port_offset
+
+    @location_port_offset.setter
+    def location_port_offset(self, offset: int | None) -> None:
+        self._gateway.location_port_offset = offset
 
     async def start(self, host: str, port: int) -> int:
         self._server = await asyncio.start_server(self._handle, host, port)
@@ -216,10 +231,12 @@ class Server:
     ) -> None:
         method = request.method.decode("ascii", "replace")
         target = request.target.decode("utf-8", "replace")
-        auth = ""
+        auth = host = ""
         for name, value in request.headers:
             if name == b"authorization":
                 auth = value.decode("latin-1")
+            elif name == b"host":
+                host = value.decode("latin-1")
         path = target.split("?", 1)[0]
 
         try:
@@ -231,7 +248,7 @@ class Server:
                 return
             if method in ("GET", "HEAD"):
                 await self._drain_body(conn, reader)
-                reply = await self._gateway.read(method, target, auth)
+                reply = await self._gateway.read(method, target, auth, host)
             elif method == "PUT":
 
                 async def next_body() -> bytes:
@@ -244,7 +261,7 @@ class Server:
                     return b""
 
                 reply = await self._gateway.append(
-                    target, next_body, auth, body_timeout=self._config.body_timeout
+                    target, next_body, auth, body_timeout=self._config.body_timeout, host=host
                 )
             else:
                 await self._drain_body(conn, reader)

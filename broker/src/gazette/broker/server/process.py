@@ -245,6 +245,9 @@ async def serve(
                 http_port = await debug.start(
                     bind_host(host).strip("[]") or "0.0.0.0", bcfg.http_port
                 )
+                # Location headers name the primary's HTTP port: at the same distance
+                # from its gRPC port as ours (keep that distance across a cluster).
+                debug.location_port_offset = http_port - port
                 log.info("serving the HTTP gateway and diagnostics on port %d", http_port)
             ready = True
             if started is not None and not started.done():

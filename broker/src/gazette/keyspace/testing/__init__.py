@@ -41,6 +41,8 @@ __all__ = [
     "die_with_parent_argv",
     "etcd_binary",
     "free_port",
+    "free_port_pairs",
+    "free_ports",
     "port_is_free",
     "wipe_prefix",
 ]
@@ -98,9 +100,49 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             sock.close()
 
 
+def free_port_pairs(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` ports ``p`` of ``host`` such that ``p`` and ``p + 1`` are both free now.
+
+    A broker's HTTP port sits at the same distance from its gRPC port on every
+    broker of a cluster, so a Location header can name a peer's HTTP port.
+    Every socket stays bound until all are chosen (see :func:`free_ports`).
+    """
+    socks: list[socket.socket] = []
+    out: list[int] = []
+    try:
+        for _ in range(count * 50):
+            if len(out) == count:
+                break
+            first = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(first)
+            first.bind((host, 0))
+            port = int(first.getsockname()[1])
+            if port == 65535:
+                continue
+            second = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                second.bind((host, port + 1))
+            except OSError:
+                second.close()
+                continue
+            socks.append(second)
+            out.append(port)
+        if len(out) < count:
+            raise OSError(f"found only {len(out)} of {count} free port pairs on {host}")
+        return out
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether ``port`` of ``host`` can be listened on."""
+    """Whether a server can listen on ``port`` of ``host`` now.
+
+    The probe sets SO_REUSEADDR as our servers (gRPC, asyncio, etcd) do: a port
+    whose last connections linger in TIME-WAIT is free to them, and so to us.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

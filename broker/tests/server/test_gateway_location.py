@@ -1,0 +1,65 @@
+"""The HTTP gateway of real brokers: a Location an HTTP client can follow, and Go's headers."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gazette.broker import client, testing
+from gazette.broker import protocol as pb
+from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
+from gazette.keyspace import testing as ks_testing
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+async def test_location_names_the_primarys_http_port_and_headers_are_gos(
+    etcd: Any, etcd_server: ks_testing.EtcdServer, tmp_path: pathlib.Path
+) -> None:
+    with testing.running_cluster(etcd_server.endpoint, tmp_path, brokers=2) as cluster:
+        name = "http/location"
+        async with client.JournalClient(client.ClientConfig(address=cluster[0].endpoint)) as jc:
+            await client.apply_journals(
+                jc,
+                pb.ApplyRequest(
+                    changes=[
+                        pb.ApplyRequest.Change(
+                            upsert=testing.journal_spec(name, replication=1, stores=[])
+                        )
+                    ]
+                ),
+            )
+            async with cluster.channel(0) as ch:
+                await testing.wait_writable(pb2_grpc.JournalStub(ch), name)
+            await client.append(jc, name, b"hello, http\n")
+            listing = await client.list_journals(jc, pb.parse_selector(f"name={name}"))
+        route = listing.journals[0].route
+        primary = route.members[route.primary].suffix
+        other = next(b for b in cluster.brokers if b.suffix != primary)
+        owner = next(b for b in cluster.brokers if b.suffix == primary)
+
+        async with aiohttp.ClientSession() as http:
+            # Asked at the broker that is not primary: Location is the primary's HTTP port.
+            url = f"http://127.0.0.1:{other.http_port}/{name}?offset=0"
+            async with http.get(url) as resp:
+                assert resp.status == 206
+                location = resp.headers["Location"]
+                assert location == f"http://127.0.0.1:{owner.http_port}/{name}"
+                assert resp.headers["Content-Type"] == "application/octet-stream"
+                assert "Date" in resp.headers
+                token = resp.headers["X-Route-Token"]
+                assert token.startswith(f'members:<zone:"{owner.zone}" suffix:"{primary}" >')
+                assert await resp.content.readexactly(12) == b"hello, http\n"
+            # ...and an HTTP client can follow it.
+            async with http.get(f"{location}?offset=6") as resp:
+                assert resp.status == 206
+                assert await resp.content.readexactly(6) == b" http\n"
+            # Errors are text, with Go's nosniff.
+            async with http.get(f"http://127.0.0.1:{other.http_port}/no/such/journal") as resp:
+                assert resp.status == 404
+                assert resp.headers["X-Content-Type-Options"] == "nosniff"
+                assert resp.headers["Content-Type"].startswith("text/plain")
+                assert await resp.text() == "JOURNAL_NOT_FOUND\n"
