@@ -1,69 +1,55 @@
 """``gazctl shards <command>``: consumer shards, through a consumer process's ``consumer.Shard`` API.
 
-Gazette's ``cmd/gazctl/gazctlcmd/shards_list.go`` and ``shards_unassign.go``:
+Gazette's ``cmd/gazctl/gazctlcmd/shards_*.go``:
 
 - ``list``: shards as a table (id, status reduced over replicas, primary,
-  replicas, label columns) or JSON;
+  replicas, label columns), as JSON, or as the shard YAML that ``apply`` takes;
+- ``apply`` and ``edit`` (:mod:`~gazette.gazctl.shards_specs`): create,
+  update and delete ShardSpecs from that YAML (:mod:`~gazette.gazctl.shardspace`);
+- ``recover`` and ``prune`` (:mod:`~gazette.gazctl.shards_recovery`): play a
+  shard's recovery log into a directory; delete recovery-log fragments no
+  hints need;
 - ``unassign``: remove shards' primary (or only their FAILED) assignments so
   the allocator assigns them afresh.
 
 Commands dial ``--consumer.address`` (any process of the application: it
-answers from etcd, and a Stat goes on to the shard's primary).
+answers from etcd, and a Stat goes on to the shard's primary); those that
+check or read journals also dial ``--broker.address``. The flags and RPC
+helpers they share are in :mod:`~gazette.gazctl.shards_api`.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
 
 import click
 from google.protobuf import json_format
 
 from gazette.broker import protocol as pb
-from gazette.broker.protocol import dial
 from gazette.consumer import protocol as pc
-from gazette.consumer.protocol import protocol_pb2_grpc as pc_grpc
-from gazette.gazctl import options, output, runner
+from gazette.gazctl import (
+    options,
+    output,
+    runner,
+    shards_api,
+    shards_recovery,
+    shards_specs,
+    shardspace,
+)
 
 __all__ = ["group"]
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 _CODE_NAMES = {v: k for k, v in pc.ReplicaStatus.Code.items()}
 
 
-def consumer_address(fn: F) -> F:
-    """Add ``--consumer.address`` (env ``CONSUMER_ADDRESS``) as an ``address`` argument."""
-
-    @click.option(
-        "--consumer.address",
-        "address",
-        envvar="CONSUMER_ADDRESS",
-        default="http://localhost:8080",
-        show_default=True,
-        help="Service address of a consumer process of the application (env CONSUMER_ADDRESS).",
-    )
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return fn(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
-
-
 @click.group("shards")
 def group() -> None:
-    """Interact with consumer shards: list, unassign."""
+    """Interact with consumer shards: list, apply, edit, recover, prune, unassign."""
 
 
 async def _list(address: str, selector: pb.LabelSelector) -> pc.ListResponse:
-    async with dial.channel(address) as ch:
-        resp: pc.ListResponse = await pc_grpc.ShardStub(ch).List(
-            pc.ListRequest(selector=selector), timeout=30
-        )
-    if resp.status != pc.Status.OK:
-        raise click.ClickException(f"List: {pc.Status.Name(resp.status)}")
-    return resp
+    async with shards_api.ShardClient(address) as sc:
+        return await sc.list_shards(selector)
 
 
 def _reduced(statuses: Sequence[pc.ReplicaStatus]) -> str:
@@ -94,13 +80,13 @@ def _table(resp: pc.ListResponse, label_columns: Sequence[str], rf: bool) -> str
 
 
 @group.command("list")
-@consumer_address
-@options.selector_option(required=False)
+@shards_api.consumer_address
+@shards_api.shard_selector_option(required=False)
 @click.option(
     "-o",
     "--format",
     "fmt",
-    type=click.Choice(["table", "json"]),
+    type=click.Choice(["table", "json", "yaml"]),
     default="table",
     show_default=True,
     help="Output format.",
@@ -112,10 +98,14 @@ def _table(resp: pc.ListResponse, label_columns: Sequence[str], rf: bool) -> str
 def list_cmd(address: str, selector: str, fmt: str, label_columns: str, rf: bool) -> None:
     """List shards, optionally restricted by a label selector (on their labels and 'id').
 
+    `-o yaml` prints the shard YAML that `gazctl shards apply` takes, with each
+    shard's revision: edit it and apply it back.
+
     \b
     Examples:
       gazctl shards list --consumer.address http://localhost:8090
       gazctl shards list -l id=chunks-part-000 -o json
+      gazctl shards list -l app=word-count -o yaml > shards.yaml
     """
     sel = options.parse_selector(selector)
 
@@ -129,6 +119,8 @@ def list_cmd(address: str, selector: str, fmt: str, label_columns: str, rf: bool
                     always_print_fields_with_no_presence=True,
                 )
             )
+        elif fmt == "yaml":
+            click.echo(shardspace.dump(shardspace.from_list_response(resp)), nl=False)
         else:
             columns = [c for c in label_columns.split(",") if c]
             click.echo(_table(resp, columns, rf), nl=False)
@@ -137,8 +129,8 @@ def list_cmd(address: str, selector: str, fmt: str, label_columns: str, rf: bool
 
 
 @group.command("unassign")
-@consumer_address
-@options.selector_option(required=True)
+@shards_api.consumer_address
+@shards_api.shard_selector_option(required=True)
 @click.option("--failed", is_flag=True, help="Only remove FAILED assignments.")
 @click.option("--dry-run", is_flag=True, help="Say what would be removed, remove nothing.")
 def unassign_cmd(address: str, selector: str, failed: bool, dry_run: bool) -> None:
@@ -158,19 +150,20 @@ def unassign_cmd(address: str, selector: str, failed: bool, dry_run: bool) -> No
                 if any(st.code == pc.ReplicaStatus.FAILED for st in s.status)
             ]
         done: list[str] = []
-        async with dial.channel(address) as ch:
-            stub = pc_grpc.ShardStub(ch)
+        async with shards_api.ShardClient(address) as sc:
             for i in range(0, len(ids), 100):
-                out = await stub.Unassign(
-                    pc.UnassignRequest(
-                        shards=ids[i : i + 100], only_failed=failed, dry_run=dry_run
-                    ),
-                    timeout=10,
-                )
-                if out.status != pc.Status.OK:
-                    raise click.ClickException(f"Unassign: {pc.Status.Name(out.status)}")
+                out = await sc.unassign(ids[i : i + 100], only_failed=failed, dry_run=dry_run)
                 done += list(out.shards)
         verb = "would unassign" if dry_run else "unassigned"
         click.echo(f"{verb} {len(done)} shard(s): {', '.join(done) or '-'}")
 
     runner.run(go())
+
+
+for _command in (
+    shards_specs.apply_cmd,
+    shards_specs.edit_cmd,
+    shards_recovery.recover_cmd,
+    shards_recovery.prune_cmd,
+):
+    group.add_command(_command)

@@ -23,7 +23,7 @@ from gazette.broker import client, journalspace
 from gazette.broker import protocol as pb
 from gazette.gazctl import options, runner
 
-__all__ = ["apply_cmd", "edit_cmd"]
+__all__ = ["EDIT_ERRORS", "apply_cmd", "edit_cmd", "edit_loop"]
 
 
 def _apply_request(tree: journalspace.Node) -> pb.ApplyRequest:
@@ -85,38 +85,62 @@ def apply_cmd(
     runner.run(go())
 
 
-def _edit_loop(text: str, try_apply: Callable[[str], None]) -> bool:
-    """Open ``text`` in the editor until ``try_apply(new_text)`` succeeds; False if unchanged."""
+#: What a failed apply of an edit raises when the edit is at fault, so the editor re-opens.
+EDIT_ERRORS: tuple[type[Exception], ...] = (
+    client.errors.ClientError,
+    pb.ValidationError,
+    journalspace.JournalSpaceError,
+)
+
+
+def edit_loop(
+    text: str,
+    try_apply: Callable[[str], None],
+    *,
+    retry_on: tuple[type[Exception], ...] = EDIT_ERRORS,
+    prefix: str = "gazctl-edit-",
+) -> bool:
+    """Open ``text`` in the editor until ``try_apply(edited)`` succeeds; False if cancelled.
+
+    The editor is $GAZ_EDITOR, else $EDITOR, else vi. A ``retry_on`` error from
+    ``try_apply`` re-opens the edited text with the error in comments at the
+    top. Saving the text unchanged, or empty, cancels (Gazette's editor loop);
+    after a failed attempt the edits are kept in their temp file, and its path
+    is printed.
+    """
     editor = os.environ.get("GAZ_EDITOR") or os.environ.get("EDITOR") or "vi"
-    original = text
+    shown = text
     error = ""
     while True:
-        with tempfile.NamedTemporaryFile(
-            "w+", suffix=".yaml", prefix="gazctl-edit-", delete=False
-        ) as f:
+        with tempfile.NamedTemporaryFile("w+", suffix=".yaml", prefix=prefix, delete=False) as f:
             if error:
                 f.write("".join(f"# {line}\n" for line in ["ERROR:", *error.splitlines(), ""]))
-            f.write(text)
+            f.write(shown)
             path = f.name
+        keep = False
         try:
             rc = subprocess.call([*shlex.split(editor), path])
             if rc != 0:
                 raise click.ClickException(f"editor {editor!r} exited with status {rc}")
             edited = pathlib.Path(path).read_text()
+            body = "".join(
+                line for line in edited.splitlines(keepends=True) if not line.startswith("#")
+            )
+            if not body.strip() or body.strip() == shown.strip():
+                if error and body.strip():
+                    keep = True
+                    click.echo(f"cancelled: the failed edit is kept in {path}", err=True)
+                return False
+            try:
+                try_apply(body)
+                return True
+            except retry_on as e:
+                error = str(e)
+                shown = body
+                click.echo(f"error: {error} (re-opening the editor)", err=True)
         finally:
-            os.unlink(path)
-        body = "".join(
-            line for line in edited.splitlines(keepends=True) if not line.startswith("#")
-        )
-        if body.strip() == original.strip():
-            return False
-        try:
-            try_apply(body)
-            return True
-        except (client.errors.ClientError, pb.ValidationError, journalspace.JournalSpaceError) as e:
-            error = str(e)
-            text = body
-            click.echo(f"error: {error} (re-opening the editor)", err=True)
+            if not keep:
+                os.unlink(path)
 
 
 @click.command("edit")
@@ -150,7 +174,7 @@ def edit_cmd(broker: options.BrokerOptions, selector: str, max_txn_size: int) ->
 
         asyncio.run(go())
 
-    if _edit_loop(text, try_apply):
+    if edit_loop(text, try_apply):
         click.echo("applied")
     else:
         click.echo("no changes")
