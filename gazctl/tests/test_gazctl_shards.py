@@ -349,6 +349,7 @@ async def _persisted_fragments(jc: client.JournalClient) -> list[pb.Fragment]:
     is given a moment, so that no upload lands between the test's looks at the store.
     """
     settle = None
+    frags: list[pb.Fragment] = []
     async with asyncio.timeout(30):
         while True:
             frags = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 
 import pytest
 
@@ -173,3 +174,33 @@ def test_hints_json_is_gos_shape_and_reads_back() -> None:
         rl.FSM(rl.hints_from_value(json.dumps(bad).encode()))
     with pytest.raises(errors.HintsError, match="hinted log"):
         rl.FSM(FSMHints())
+
+
+def test_player_jumps_only_gaps_that_no_hinted_segment_needs(tmp_path: pathlib.Path) -> None:
+    """Pruned fragments leave gaps in a log: playback seeks over those between hinted
+    segments (as Gazette's player does) and refuses any other."""
+    from gazette.consumer.recoverylog.player import Player
+    from gazette.consumer.recoverylog.recorded_op_pb2 import FSMHints
+
+    hints = FSMHints(log="a/log")
+    for fnode, first_offset in ((1, 100), (5, 900)):
+        node = hints.live_nodes.add(fnode=fnode)
+        node.segments.add(author=7, first_seq_no=fnode, first_checksum=0, last_seq_no=fnode + 1,
+                          first_offset=first_offset)
+    player = Player(None, hints, tmp_path / "d")  # type: ignore[arg-type]
+    # Mid-way through the first hinted segment: nothing may be skipped.
+    with pytest.raises(errors.RecoveryLogError, match="skips from 150 to 400"):
+        player._jump("a/log", 150, 400)
+    # Once it is played, up to the next one's first offset is dead: skipped...
+    player.fsm.hinted_segments.pop(0)
+    player._buf += b"partial op"
+    player._jump("a/log", 300, 900)
+    assert player._offset == 900 and not player._buf
+    # ...but not past it, nor backwards, nor once no hints remain.
+    with pytest.raises(errors.RecoveryLogError):
+        player._jump("a/log", 900, 901)
+    with pytest.raises(errors.RecoveryLogError):
+        player._jump("a/log", 900, 800)
+    player.fsm.hinted_segments.clear()
+    with pytest.raises(errors.RecoveryLogError):
+        player._jump("a/log", 1000, 2000)

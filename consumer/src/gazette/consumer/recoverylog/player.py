@@ -176,13 +176,33 @@ class Player:
         request = pb.ReadRequest(journal=journal, offset=offset, end_offset=until or 0, block=True)
         async with client.RetryReader(self.jc, request) as rr:
             async for chunk in rr:
-                if rr.offset - len(chunk) != self._offset + len(self._buf):
-                    raise errors.RecoveryLogError(
-                        f"{journal}: the log skips from {self._offset + len(self._buf)} to"
-                        f" {rr.offset - len(chunk)} (deleted fragments?)"
-                    )
+                start, expected = rr.offset - len(chunk), self._offset + len(self._buf)
+                if start != expected:
+                    self._jump(journal, expected, start)
                 self._buf += chunk
                 self._drain(journal)
+
+    def _jump(self, journal: str, expected: int, start: int) -> None:
+        """The log's content resumes at ``start``, past ``expected`` (pruned fragments).
+
+        Fine when nothing still to be played lies in between: the next hinted segment
+        begins at or after ``start`` (``gazctl shards prune`` deletes only fragments
+        that no hinted segment overlaps). Anything else is lost content.
+        """
+        nxt = self.fsm.hinted_segments[0] if self.fsm.has_remaining_hints else None
+        if (
+            start < expected
+            or nxt is None
+            or (nxt.log or self.hints.log) != journal
+            or nxt.first_offset < start
+        ):
+            raise errors.RecoveryLogError(
+                f"{journal}: the log skips from {expected} to {start}, over content still to"
+                " be played (deleted fragments?)"
+            )
+        log.info("%s: skipping pruned log content from %d to %d", journal, expected, start)
+        self._buf.clear()
+        self._offset = start
 
     def _drain(self, journal: str) -> None:
         buf, pos = self._buf, 0

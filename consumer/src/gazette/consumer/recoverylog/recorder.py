@@ -18,8 +18,10 @@ log replays into any directory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
+from collections.abc import Iterator
 
 from gazette.broker import client
 from gazette.broker import protocol as pb
@@ -65,6 +67,8 @@ class Recorder:
         self._request.check_registers.CopyFrom(author_selector(author))
         self._write_head = 0
         self._tracked: client.AsyncAppend | None = None
+        # Set while ops are gathered into one append (see _one_append).
+        self._open: client.AsyncAppend | None = None
 
     async def start(self) -> None:
         """Learn the log's write head; when recording into a log other than the one
@@ -97,10 +101,11 @@ class Recorder:
         if rel in self.fsm.properties or rel in PROPERTY_FILES:
             raise errors.RecoveryLogError(f"{rel} is a property, not a file")
         old = self.fsm.links.get(rel)
-        if old is not None:
-            self._record(RecordedOp(unlink=RecordedOp.Link(fnode=old, path=rel)))
         op = RecordedOp(create=RecordedOp.Create(path=rel))
-        self._record(op)
+        with self._one_append():
+            if old is not None:
+                self._record(RecordedOp(unlink=RecordedOp.Link(fnode=old, path=rel)))
+            self._record(op)
         return int(op.seq_no)
 
     def record_write_at(self, fnode: int, data: bytes, offset: int) -> None:
@@ -125,14 +130,29 @@ class Recorder:
         s, t = self.rel(src), self.rel(target)
         fnode = self._fnode(s)
         replaced = self.fsm.links.get(t)
-        if replaced is not None:
-            self._record(RecordedOp(unlink=RecordedOp.Link(fnode=replaced, path=t)))
-        if t in PROPERTY_FILES:
-            content = (self.directory / t.lstrip("/")).read_text()
-            self._record(RecordedOp(property=Property(path=t, content=content)))
-        else:
-            self._record(RecordedOp(link=RecordedOp.Link(fnode=fnode, path=t)))
-        self._record(RecordedOp(unlink=RecordedOp.Link(fnode=fnode, path=s)))
+        # One append: a log never ends between the old target's unlink and the new
+        # link (a replay would find no file at ``target`` at all).
+        with self._one_append():
+            if replaced is not None:
+                self._record(RecordedOp(unlink=RecordedOp.Link(fnode=replaced, path=t)))
+            if t in PROPERTY_FILES:
+                content = (self.directory / t.lstrip("/")).read_text()
+                self._record(RecordedOp(property=Property(path=t, content=content)))
+            else:
+                self._record(RecordedOp(link=RecordedOp.Link(fnode=fnode, path=t)))
+            self._record(RecordedOp(unlink=RecordedOp.Link(fnode=fnode, path=s)))
+
+    def record_property(self, path: str | os.PathLike[str], content: str) -> None:
+        """Small text file ``path`` now holds ``content``, whole, in one op.
+
+        For files replaced as a whole whose every version must be complete in any
+        replay (a pointer such as RocksDB's ``CURRENT``): a player writes the last
+        content recorded. A path is a property or a file, never both.
+        """
+        rel = self.rel(path)
+        if rel in self.fsm.links:
+            raise errors.RecoveryLogError(f"{rel} is a file, not a property")
+        self._record(RecordedOp(property=Property(path=rel, content=content)))
 
     def barrier(self, wait_for: list[client.AsyncOperation] | None = None) -> client.AsyncAppend:
         """An empty append after everything recorded so far (and after ``wait_for``)."""
@@ -152,12 +172,27 @@ class Recorder:
             raise errors.RecoveryLogError(f"{rel} is not a recorded file")
         return fnode
 
+    @contextlib.contextmanager
+    def _one_append(self) -> Iterator[None]:
+        """Ops recorded inside go to the log in one append: all of them, or none."""
+        if self._open is not None:
+            yield
+            return
+        with self.appends.start_append(self._request) as aa:
+            self._open = aa
+            try:
+                yield
+            finally:
+                self._open = None
+
     def _record(self, op: RecordedOp, data: bytes = b"") -> None:
         op.author = self.author
         op.seq_no = self.fsm.next_seq_no
         op.checksum = self.fsm.next_checksum
         frame, payload = encode_op(op)
-        with self.appends.start_append(self._request) as aa:
+        with self._one_append():
+            aa = self._open
+            assert aa is not None
             aa.write(frame)
             if data:
                 aa.write(data)

@@ -36,7 +36,9 @@ Modules:
 * :mod:`~.checkpoints` — Checkpoint building and its Go JSON;
 * stores: :mod:`~.store_sql` (PostgreSQL, fenced), :mod:`~.store_json_file`
   (recorded into the recovery log when the shard has one), :mod:`~.store_sqlite`
-  (an embedded SQLite database recorded into the recovery log through a VFS).
+  (an embedded SQLite database recorded into the recovery log through a VFS),
+  :mod:`~.store_rocksdb` (an embedded RocksDB recorded by a consistent directory
+  diff at each commit).
 
 Usage::
 

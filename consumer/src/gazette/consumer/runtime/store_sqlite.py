@@ -39,7 +39,8 @@ transaction that never committed are ignored by SQLite itself.
 the bytes recorded since the last compaction exceed ``compact_ratio`` times
 the database file (and at least ``compact_min_bytes``), the store
 ``VACUUM INTO``s a fresh ``db-<n>.sqlite`` (recorded as a new file), switches
-the one-line ``CURRENT`` file to it (a recorded create, write and rename) and
+the one-line ``CURRENT`` file to it (recorded as a property: one op holds it
+whole) and
 removes the old database and its WAL: from then on hints start at the new
 file, and ``gazctl shards prune`` can drop the fragments before it. Played
 back to any point, the log gives either the old database with its whole WAL
@@ -401,9 +402,8 @@ class SQLiteStore:
         """Copy the database into a fresh recorded file and switch ``CURRENT`` to it.
 
         Call between transactions (``start_commit`` does, by its policy). The log
-        holds: the new file, whole; then ``CURRENT`` replaced (create, write,
-        rename: the switch, at one op); then the old database and its WAL
-        removed. Played back to any point before the switch, the old database
+        holds: the new file, whole; then ``CURRENT`` (a property: the switch,
+        in one op); then the old database and its WAL removed. Played back to any point before the switch, the old database
         and WAL are whole; after it, the new file is.
         """
         db, rec = self.db, self.recorder
@@ -415,12 +415,13 @@ class SQLiteStore:
         # VACUUM INTO reads through the WAL: the copy holds every commit.
         _run(db, "VACUUM INTO ?", (str(self.directory / new),))
         self.vfs.flush()
-        nxt, current = self.directory / (CURRENT + ".next"), self.directory / CURRENT
+        # The switch: CURRENT is recorded as a property (one op holding it whole), so
+        # no replay ever finds it missing or half written.
+        current = self.directory / CURRENT
+        nxt = self.directory / (CURRENT + ".next")
         nxt.write_text(new + "\n")
-        fnode = rec.record_create(nxt)
-        rec.record_write_at(fnode, (new + "\n").encode(), 0)
         os.replace(nxt, current)
-        rec.record_rename(nxt, current)
+        rec.record_property(current, new + "\n")
         # Closing checkpoints the old WAL into the old file: writes nobody needs.
         self.vfs.recording = False
         try:
