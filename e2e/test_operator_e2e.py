@@ -127,23 +127,27 @@ async def objects(kube: kubeapi.KubeAPIServer, ns: str, plural: str) -> list[dic
     return list(json.loads(out.stdout)["items"])
 
 
-def ready_of(obj: dict[str, Any]) -> tuple[str, str]:
+def ready_of(obj: dict[str, Any], kind: str = "Ready") -> tuple[str, str]:
     for cond in obj.get("status", {}).get("conditions", ()):
-        if cond["type"] == "Ready":
+        if cond["type"] == kind:
             return cond["status"], cond["reason"]
     return "", ""
 
 
 async def wait_ready(
-    kube: kubeapi.KubeAPIServer, ns: str, plural: str, want: dict[str, tuple[str, str]]
+    kube: kubeapi.KubeAPIServer,
+    ns: str,
+    plural: str,
+    want: dict[str, tuple[str, str]],
+    kind: str = "Ready",
 ) -> dict[str, dict[str, Any]]:
-    """Wait until the named objects report the wanted (status, reason) of Ready."""
+    """Wait until the named objects report the wanted (status, reason) of condition ``kind``."""
     got: dict[str, dict[str, Any]] = {}
 
     async def check() -> bool:
         got.clear()
         got.update({o["metadata"]["name"]: o for o in await objects(kube, ns, plural)})
-        return all(n in got and ready_of(got[n]) == w for n, w in want.items())
+        return all(n in got and ready_of(got[n], kind) == w for n, w in want.items())
 
     await kubeapi.eventually(check, within=60, what=f"{plural} Ready {want}")
     return got
@@ -172,9 +176,13 @@ async def test_apply_get_edit_delete_as_a_user_would(
     await wait_ready(
         kube, namespace, "journals", {"logs-a": applied, "logs-b": applied, "metrics-a": applied}
     )
+    # A Shard's Ready says a primary serves it (no consumer runs here); Applied, that
+    # its spec is in etcd.
     shards = await wait_ready(
-        kube, namespace, "shards", {"counter-0": applied, "counter-1": applied}
+        kube, namespace, "shards", {"counter-0": applied, "counter-1": applied}, kind="Applied"
     )
+    unserved = ("False", "NoPrimary")
+    await wait_ready(kube, namespace, "shards", {"counter-0": unserved, "counter-1": unserved})
 
     # `kubectl get journals -l topic=logs` lists exactly those, Ready.
     table = await kube.kubectl_async("get", "journals", "-n", namespace, "-l", "topic=logs")
@@ -190,9 +198,10 @@ async def test_apply_get_edit_delete_as_a_user_would(
     assert "file:///var/fragments/" in wide.stdout
     assert "Applied" in wide.stdout
     shard_table = await kube.kubectl_async("get", "gs", "-n", namespace, "--no-headers")
-    assert sorted(line.split()[:6] for line in shard_table.stdout.strip().splitlines()) == [
-        ["counter-0", "counter/shard-000", "counter", "1", "false", "True"],
-        ["counter-1", "counter/shard-001", "counter", "1", "false", "True"],
+    # Name, Consumer, Primary and Status (empty: no consumer runs), Standbys, Ready.
+    assert sorted(line.split()[:5] for line in shard_table.stdout.strip().splitlines()) == [
+        ["counter-0", "counter/shard-000", "counter", "0", "False"],
+        ["counter-1", "counter/shard-001", "counter", "0", "False"],
     ]
     everything = await kube.kubectl_async("get", "gazette", "-n", namespace, "-o", "name")
     assert len(everything.stdout.split()) == 5

@@ -77,7 +77,9 @@ def manifests() -> list[dict[str, Any]]:
     return docs
 
 
-async def wait_ready(kube: kubeapi.KubeAPIServer, namespace: str, plural: str, count: int) -> None:
+async def wait_ready(
+    kube: kubeapi.KubeAPIServer, namespace: str, plural: str, count: int, kind: str = "Ready"
+) -> None:
     async with asyncio.timeout(90):
         while True:
             out = await kube.kubectl_async("get", plural, "-n", namespace, "-o", "yaml")
@@ -86,7 +88,7 @@ async def wait_ready(kube: kubeapi.KubeAPIServer, namespace: str, plural: str, c
                 o
                 for o in items
                 if any(
-                    c.get("type") == "Ready" and c.get("status") == "True"
+                    c.get("type") == kind and c.get("status") == "True"
                     for c in (o.get("status") or {}).get("conditions", [])
                 )
             ]
@@ -121,7 +123,8 @@ async def test_kubectl_apply_of_stream_sum_runs_its_shards(
         )
         assert out.stdout.count("created") == PARTS + 1 + PARTS, out.stdout
         await wait_ready(kube, namespace, "journals", PARTS + 1)
-        await wait_ready(kube, namespace, "shards", PARTS)
+        # Applied: the ShardSpecs are in etcd (Ready comes once the consumers serve them).
+        await wait_ready(kube, namespace, "shards", PARTS, kind="Applied")
         async with brokers.channel(0) as ch:
             stub = pb2_grpc.JournalStub(ch)
             for i in range(PARTS):
@@ -154,6 +157,8 @@ async def test_kubectl_apply_of_stream_sum_runs_its_shards(
                     f" in {report.seconds:.1f}s"
                 )
                 assert report.ok and report.correct == report.streams, consumers.logs(40)
+                # Served: every Shard reports its primary, Ready.
+                await wait_ready(kube, namespace, "shards", PARTS)
 
                 # Deleting a Shard object stops its shard: its assignments go.
                 await kube.kubectl_async(

@@ -16,7 +16,11 @@ Modules:
   ``pb.JournalSpec`` / ``pc.ShardSpec``.
 * :mod:`.reconcile` — the rules (validation, ownership of names, checked writes,
   deletion policy, pausing), as plain async functions over a :class:`SpecStore`.
-* :mod:`.status` — the ``status`` (Ready condition, observedGeneration, modRevision).
+* :mod:`.status` — the ``status``: the reconcile outcome (Ready on Journals, Applied on
+  Shards, observedGeneration, modRevision) and a Shard's replicas (primary, standbys,
+  route, replicas, and Ready: a primary serves it).
+* :mod:`.assignments` — the shards' replicas as consumers report them in etcd, one
+  watch per consumer application's prefix.
 * :mod:`.handlers` — kopf handlers binding events, timers and indexes to the above.
 * :mod:`.store` — the etcd SpecStore; :mod:`.testing` — an in-memory one for tests.
 * :mod:`.config`, :mod:`.runner` — ``python -m gazette.operator`` and its flags.
@@ -25,6 +29,9 @@ Objects carry ``gazette.dev/cluster=<cluster>`` (Shards also
 ``gazette.dev/consumer=<app>``); ``gazette.dev/paused: "true"`` keeps the operator
 from writing, ``gazette.dev/unmanaged: "true"`` makes it ignore the object;
 ``spec.deletionPolicy`` is ``Retain`` (default) or ``Delete``.
+
+``kubectl get shards -l app=word-count`` shows each shard's primary, its status
+reduced over its replicas, its standbys and whether it is Ready (served by a primary).
 
 Usage::
 
@@ -43,7 +50,17 @@ or, reconciling one object by hand::
 
 from __future__ import annotations
 
-from gazette.operator import config, crd, errors, handlers, mapping, reconcile, status, store
+from gazette.operator import (
+    assignments,
+    config,
+    crd,
+    errors,
+    handlers,
+    mapping,
+    reconcile,
+    status,
+    store,
+)
 from gazette.operator.errors import InvalidSpecError, OperatorError, SpecStoreError
 from gazette.operator.reconcile import (
     JOURNALS,
@@ -64,6 +81,7 @@ __all__ = [
     "ReconcileConfig",
     "SpecStore",
     "SpecStoreError",
+    "assignments",
     "config",
     "crd",
     "errors",

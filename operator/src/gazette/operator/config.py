@@ -91,6 +91,14 @@ def parse_args(
         "(env RESYNC_INTERVAL; default %(default)s)",
     )
     p.add_argument(
+        "--shard-status-interval",
+        type=float,
+        default=float(env.get("SHARD_STATUS_INTERVAL", "2")),
+        help="seconds between looks at each Shard's replicas in etcd; a Shard's status "
+        "(primary, standbys, Ready) is written at most this often "
+        "(env SHARD_STATUS_INTERVAL; default %(default)s)",
+    )
+    p.add_argument(
         "--retry-delay",
         type=float,
         default=5.0,
@@ -118,8 +126,8 @@ def parse_args(
         namespaces = [ns for ns in env.get("WATCH_NAMESPACES", "").split(",") if ns]
     if args.all_namespaces == bool(namespaces):
         p.error("give either --all-namespaces or --namespace (or $WATCH_NAMESPACES)")
-    if args.resync_interval <= 0 or args.retry_delay <= 0:
-        p.error("--resync-interval and --retry-delay must be positive")
+    if args.resync_interval <= 0 or args.retry_delay <= 0 or args.shard_status_interval <= 0:
+        p.error("--resync-interval, --retry-delay and --shard-status-interval must be positive")
     return OperatorConfig(
         etcd_address=args.etcd_address,
         handlers=handlers.HandlerConfig(
@@ -129,6 +137,7 @@ def parse_args(
             cluster=args.cluster,
             resync_interval=args.resync_interval,
             retry_delay=args.retry_delay,
+            status_interval=args.shard_status_interval,
         ),
         namespaces=tuple(namespaces),
         all_namespaces=args.all_namespaces,

@@ -179,11 +179,70 @@ def _deletion_policy() -> dict[str, Any]:
     }
 
 
-def _status() -> dict[str, Any]:
+def _shard_status_properties() -> dict[str, Any]:
+    member = {
+        "type": "string",
+        "description": "A consumer process, <zone>/<suffix> (its ProcessSpec.ID).",
+    }
+    return {
+        "primary": {
+            **member,
+            "description": "The member whose slot-0 replica is PRIMARY; empty when none is.",
+        },
+        "standbys": {
+            "type": "array",
+            "description": "Members whose replica (slot > 0) is a ready STANDBY.",
+            "items": member,
+        },
+        "standbyCount": {
+            "type": "integer",
+            "format": "int32",
+            "description": "How many standbys there are (for `kubectl get`).",
+        },
+        "route": {
+            "type": "array",
+            "description": "Every member the shard is assigned to, in slot order (0: primary).",
+            "items": member,
+        },
+        "replicaStatus": {
+            "type": "string",
+            "description": (
+                "The shard's status reduced over its replicas (the highest code, as "
+                "`gazctl shards list` shows it); empty when no replica is assigned."
+            ),
+        },
+        "replicas": {
+            "type": "array",
+            "description": "The shard's assignments in etcd and the ReplicaStatus each reports.",
+            "items": {
+                "type": "object",
+                "required": ["member", "slot", "status"],
+                "properties": {
+                    "member": member,
+                    "zone": {"type": "string"},
+                    "suffix": {"type": "string"},
+                    "slot": {"type": "integer", "format": "int32"},
+                    "status": {
+                        "type": "string",
+                        "description": "IDLE, BACKFILL, STANDBY, PRIMARY or FAILED.",
+                    },
+                    "errors": {
+                        "type": "array",
+                        "description": "Why the replica FAILED.",
+                        "items": {"type": "string"},
+                    },
+                },
+            },
+        },
+    }
+
+
+def _status(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return {
         "type": "object",
         "description": "What the operator last did with this object.",
         "properties": {
+            **(extra or {}),
             "observedGeneration": {
                 "type": "integer",
                 "format": "int64",
@@ -456,7 +515,12 @@ def _ready_column() -> dict[str, Any]:
     }
 
 
-def _crd(kind: Kind, spec: dict[str, Any], columns: list[dict[str, Any]]) -> dict[str, Any]:
+def _crd(
+    kind: Kind,
+    spec: dict[str, Any],
+    columns: list[dict[str, Any]],
+    status: dict[str, Any],
+) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -489,7 +553,7 @@ def _crd(kind: Kind, spec: dict[str, Any], columns: list[dict[str, Any]]) -> dic
                                 "kind": {"type": "string"},
                                 "metadata": {"type": "object"},
                                 "spec": spec,
-                                "status": _status(),
+                                "status": status,
                             },
                         }
                     },
@@ -520,7 +584,7 @@ def journal_crd() -> dict[str, Any]:
             "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
         },
     ]
-    return _crd(JOURNAL, _journal_spec_schema(), columns)
+    return _crd(JOURNAL, _journal_spec_schema(), columns, _status())
 
 
 def shard_crd() -> dict[str, Any]:
@@ -532,10 +596,13 @@ def shard_crd() -> dict[str, Any]:
             "type": "string",
             "jsonPath": ".metadata.labels.gazette\\.dev/consumer",
         },
-        {"name": "Standbys", "type": "integer", "jsonPath": ".spec.hotStandbys"},
-        {"name": "Disabled", "type": "boolean", "jsonPath": ".spec.disable"},
+        {"name": "Primary", "type": "string", "jsonPath": ".status.primary"},
+        {"name": "Status", "type": "string", "jsonPath": ".status.replicaStatus"},
+        {"name": "Standbys", "type": "integer", "jsonPath": ".status.standbyCount"},
         _ready_column(),
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        {"name": "Hot-Standbys", "type": "integer", "priority": 1, "jsonPath": ".spec.hotStandbys"},
+        {"name": "Disabled", "type": "boolean", "priority": 1, "jsonPath": ".spec.disable"},
         {
             "name": "Recovery Log",
             "type": "string",
@@ -548,8 +615,14 @@ def shard_crd() -> dict[str, Any]:
             "priority": 1,
             "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
         },
+        {
+            "name": "Applied",
+            "type": "string",
+            "priority": 1,
+            "jsonPath": '.status.conditions[?(@.type=="Applied")].status',
+        },
     ]
-    return _crd(SHARD, _shard_spec_schema(), columns)
+    return _crd(SHARD, _shard_spec_schema(), columns, _status(_shard_status_properties()))
 
 
 _HEADER = "# Generated by `make crds` from operator/src/gazette/operator/crd.py. Do not edit.\n"

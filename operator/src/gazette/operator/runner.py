@@ -1,4 +1,5 @@
-"""Running the operator: an etcd client, the kopf registry, and kopf's own main loop."""
+"""Running the operator: an etcd client, the assignment watches, the kopf registry, and kopf's
+own main loop, in one task group."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import logging
 import kopf
 
 from gazette import keyspace
-from gazette.operator import config, handlers, store
+from gazette.operator import assignments, config, handlers, store
 
 __all__ = ["run"]
 
@@ -27,8 +28,12 @@ async def run(
     Runs standalone (no kopf peering): deploy one replica.
     """
     client = await keyspace.connect(cfg.etcd_address)
+    views = assignments.AssignmentViews(client)
+    quiet = handlers.QuietStatusTimer()
+    objects_log = logging.getLogger("kopf.objects")
+    objects_log.addFilter(quiet)
     try:
-        registry = handlers.build_registry(cfg.handlers, store.EtcdSpecStore(client))
+        registry = handlers.build_registry(cfg.handlers, store.EtcdSpecStore(client), views=views)
         logger.info(
             "serving cluster %r into etcd %s (journals under %s, shards under %s/<consumer>)",
             cfg.handlers.cluster,
@@ -36,15 +41,21 @@ async def run(
             cfg.handlers.reconcile.broker_root,
             cfg.handlers.reconcile.consumers_root,
         )
-        await kopf.operator(
-            registry=registry,
-            settings=handlers.operator_settings(),
-            standalone=True,
-            clusterwide=cfg.all_namespaces,
-            namespaces=cfg.namespaces,
-            liveness_endpoint=cfg.liveness or None,
-            stop_flag=stop,
-            ready_flag=ready,
-        )
+        async with asyncio.TaskGroup() as tg:
+            follow = tg.create_task(views.run(), name="shard assignments")
+            try:
+                await kopf.operator(
+                    registry=registry,
+                    settings=handlers.operator_settings(),
+                    standalone=True,
+                    clusterwide=cfg.all_namespaces,
+                    namespaces=cfg.namespaces,
+                    liveness_endpoint=cfg.liveness or None,
+                    stop_flag=stop,
+                    ready_flag=ready,
+                )
+            finally:
+                follow.cancel()
     finally:
+        objects_log.removeFilter(quiet)
         await client.close()
