@@ -21,8 +21,8 @@ Modules:
 Usage::
 
     $ gazctl journals list -l topic=logs
-    $ echo hello | gazctl journals append -l name=examples/logs/one
-    $ gazctl journals read -l name=examples/logs/one
+    $ echo hello | gazctl journals append -l name=examples/logs/api
+    $ gazctl journals read -l name=examples/logs/api
     hello
 """
 

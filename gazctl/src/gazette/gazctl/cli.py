@@ -23,13 +23,17 @@ def gazctl() -> None:
     """gazctl: a command-line interface for a Gazette broker cluster.
 
     Commands talk to the broker at --broker.address (default http://localhost:8080,
-    or $BROKER_ADDRESS). Start a local cluster with `make up`, then try:
+    or $BROKER_ADDRESS). Start a local cluster with `make up` (it applies
+    examples/journals.yaml), then try:
 
     \b
       gazctl journals list -l topic=logs
-      echo hello | gazctl journals append -l name=examples/logs/one
-      gazctl journals read -l name=examples/logs/one
-      gazctl shards list --consumer.address http://localhost:8090
+      echo hello | gazctl journals append -l name=examples/logs/api
+      gazctl journals read -l name=examples/logs/api
+      gazctl journals fragments -l topic=logs
+
+    `gazctl shards` commands talk to a consumer application instead (see
+    examples/stream_sum), e.g. `gazctl shards list --consumer.address http://localhost:8090`.
     """
 
 

@@ -45,7 +45,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 _LOG_LEVELS = ("trace", "debug", "info", "warn", "error", "fatal")
 
 _SELECTOR_HELP = (
-    "Label selector of journals, e.g. 'topic=logs', 'name=examples/foo', "
+    "Label selector of journals, e.g. 'topic=logs', 'name=examples/logs/api', "
     "'name:prefix=examples/', 'region in (us, eu), !deprecated'."
 )
 

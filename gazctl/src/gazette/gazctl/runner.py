@@ -3,14 +3,24 @@
 A command builds an ``async def go()`` and hands it to :func:`run`. Expected
 failures (a broker's refusal, a transport error, an invalid spec, a file that
 won't open) become a :class:`click.ClickException`: one line on stderr and
-exit status 1, with a hint when no broker answers. Ctrl-C exits 130.
+exit status 1, with a hint when no broker answers. A failure of one of a
+command's concurrent tasks (they run in an ``asyncio.TaskGroup``) is reported
+the same way, unwrapped from its exception group. Ctrl-C exits 130.
+
+When whoever reads our stdout goes away (``gazctl journals read | head``),
+the process ends as Gazette's Go ``gazctl`` does: killed by SIGPIPE (status
+141 in a shell), silently.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import select
+import signal
+import sys
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 import grpc
@@ -30,17 +40,60 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
     """Run a command's coroutine; report failures as one line and exit non-zero."""
     try:
         return asyncio.run(coro)
-    except KeyboardInterrupt:
+    except BaseException as e:  # noqa: BLE001 - each kind is sorted out by _fail.
+        _fail(_leaf(e))
+
+
+def _leaf(e: BaseException) -> BaseException:
+    """The exception that matters in (possibly nested) exception groups: the first one."""
+    while isinstance(e, BaseExceptionGroup):
+        e = e.exceptions[0]
+    return e
+
+
+def _fail(e: BaseException) -> NoReturn:
+    if isinstance(e, KeyboardInterrupt):
         raise SystemExit(130) from None
-    except client.errors.TransportError as e:
+    if isinstance(e, BrokenPipeError) and _stdout_closed():
+        _die_of_sigpipe()
+    if isinstance(e, client.errors.TransportError):
         hint = ""
         if e.code == grpc.StatusCode.UNAVAILABLE:
             hint = " (is a broker running there? see --broker.address / BROKER_ADDRESS)"
         raise click.ClickException(f"{_one_line(e)}{hint}") from None
-    except (
-        client.errors.ClientError,
-        pb.ValidationError,
-        journalspace.JournalSpaceError,
-        OSError,
-    ) as e:
+    if isinstance(
+        e,
+        client.errors.ClientError | pb.ValidationError | journalspace.JournalSpaceError | OSError,
+    ):
         raise click.ClickException(_one_line(e)) from None
+    # click's own exceptions and exits, and bugs (with their traceback).
+    raise e
+
+
+def _stdout_closed() -> bool:
+    """Whether nobody reads our stdout any more (a pipe's or socket's reader went away).
+
+    A broken pipe elsewhere (``--output`` a FIFO) stays an ordinary error, as
+    it is for Go, whose SIGPIPE death is only for writes to stdout and stderr.
+    """
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        events = poller.poll(0)
+    except (AttributeError, OSError, ValueError):  # Not a real file (tests), or no poll().
+        return False
+    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in events)
+
+
+def _die_of_sigpipe() -> NoReturn:
+    # Go's runtime lets a write to a broken stdout kill the process with SIGPIPE
+    # (gazctl doesn't catch that signal), which shells report as status 141 and
+    # `set -o pipefail` scripts are used to. Python ignores SIGPIPE and raises
+    # BrokenPipeError instead, so restore the default action and take the signal.
+    # Nothing is flushed on the way out: there is no one left to read it.
+    sigpipe = getattr(signal, "SIGPIPE", None)
+    if sigpipe is not None:
+        signal.signal(sigpipe, signal.SIG_DFL)
+        os.kill(os.getpid(), sigpipe)
+    raise SystemExit(141)  # Where SIGPIPE doesn't exist (or was somehow survived).

@@ -5,7 +5,8 @@ One module per kind of work, each a few click commands over
 
 - :mod:`listing` — ``list``: journals and their routes, or the YAML hierarchy.
 - :mod:`specs` — ``apply`` and ``edit``: change specs from a YAML hierarchy.
-- :mod:`content` — ``read`` and ``append``: journal content to and from files.
+- :mod:`content` — ``read`` and ``append``: journal content to and from files;
+  ``append`` frames records (lines, fixed frames) and maps them by key.
 - :mod:`fragments` — ``fragments``, ``prune`` and ``store-health``.
 - :mod:`heads` — ``suspend`` and ``reset-head`` (:func:`reset_head`, also
   called by the ``make up`` cluster).
@@ -19,7 +20,7 @@ Usage::
     from gazette.gazctl import journals
 
     async with client.JournalClient(cfg) as jc:
-        head = await journals.reset_head(jc, "examples/logs/one")
+        head = await journals.reset_head(jc, "examples/logs/api")
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 ``fragments`` lists what the brokers' fragment indexes hold; ``prune`` deletes
 fragment files older than their journal's retention straight from the stores
 (the one command that touches stores itself, as Gazette's does);
-``store-health`` asks a broker to check a store. Gazette's
+``store-health`` asks a broker to check a store. ``fragments -o json`` prints
+what Go's gazctl prints, byte for byte (see :func:`_go_fragment`). Gazette's
 ``cmd/gazctl/gazctlcmd/journals_fragments.go``, ``journals_prune.go`` and
 ``journals_store_health.go``.
 """
@@ -11,13 +12,12 @@ fragment files older than their journal's retention straight from the stores
 from __future__ import annotations
 
 import datetime
-import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import click
-from google.protobuf import json_format
+from google.protobuf import text_format
 
 from gazette.broker import client
 from gazette.broker import protocol as pb
@@ -42,15 +42,59 @@ def _mod_time(t: int) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _go_fragment(f: pb.FragmentsResponse._Fragment) -> dict[str, Any]:
+    """A fragment as Go's ``encoding/json`` renders Gazette's ``FragmentsResponse__Fragment``.
+
+    Go's gazctl prints ``fragments -o json`` with ``json.Encoder`` over its
+    gogo-protobuf structs, not with jsonpb: so the keys are the structs' json
+    tags (``signed_url``, ``compression_codec``), int64 and uint64 values are
+    numbers (not jsonpb's strings), the codec is its enum number, and empty
+    fields are left out (``omitempty``), except ``spec`` and ``sum``, which
+    have no omitempty. Keys go in the structs' field order.
+    """
+    s = f.spec
+    sha1 = {
+        k: v
+        for k, v in (("part1", s.sum.part1), ("part2", s.sum.part2), ("part3", s.sum.part3))
+        if v
+    }
+    fields: list[tuple[str, Any]] = [
+        ("journal", s.journal),
+        ("begin", s.begin),
+        ("end", s.end),
+        ("sum", sha1),
+        ("compression_codec", s.compression_codec),
+        ("backing_store", s.backing_store),
+        ("mod_time", s.mod_time),
+        ("path_postfix", s.path_postfix),
+    ]
+    spec = {key: value for key, value in fields if value or key == "sum"}
+    out: dict[str, Any] = {"spec": spec}
+    if f.signed_url:
+        out["signed_url"] = f.signed_url
+    return out
+
+
+def _location(f: pb.FragmentsResponse._Fragment) -> str:
+    """Where a fragment can be read: its signed URL, else its URL in its store ("" if not persisted)."""
+    if f.signed_url:
+        return f.signed_url
+    if f.spec.backing_store:
+        return f.spec.backing_store + pb.fragment_path(f.spec)
+    return ""
+
+
 @click.command("fragments")
 @options.selector_option(required=False)
 @click.option(
     "-o",
     "--format",
     "fmt",
-    type=click.Choice(["table", "json"]),
+    type=click.Choice(["table", "json", "proto"]),
     default="table",
     show_default=True,
+    help="table: one row a fragment. json: one JSON object a line, as Gazette's gazctl prints "
+    "them (numbers as numbers). proto: a FragmentsResponse a journal, in protobuf text format.",
 )
 @click.option(
     "--from",
@@ -81,41 +125,51 @@ def fragments_cmd(
     to_unix: int,
     url_ttl: float,
 ) -> None:
-    """List the fragments of the selected journals (with signed URLs given --url-ttl)."""
+    """List the fragments of the selected journals.
+
+    The URL column is where each fragment can be read: its signed URL with
+    --url-ttl, else its file in its fragment store (store URL and path,
+    e.g. file:///examples/logs/api/<begin>-<end>-<sha1>.gz); empty for
+    fragments not yet persisted.
+
+    \b
+    Examples (journals of `make up`):
+      gazctl journals fragments -l topic=logs
+      gazctl journals fragments -l name=examples/logs/api -o json --url-ttl 1h
+    """
 
     async def go() -> None:
         rows: list[list[str]] = []
-        records: list[dict[str, Any]] = []
         async with client.JournalClient(broker.client_config()) as jc:
             for journal in await options.live_names(jc, selector):
-                async for f in _fragments(jc, journal, from_unix, to_unix, url_ttl):
-                    s = f.spec
-                    if fmt == "json":
-                        records.append(
-                            json_format.MessageToDict(f, preserving_proto_field_name=True)
-                        )
-                        continue
-                    rows.append(
-                        [
-                            s.journal,
-                            f"{s.begin}-{s.end}",
-                            output.human_bytes(s.end - s.begin),
-                            pb.enum_text(pb.CompressionCodec, s.compression_codec),
-                            _mod_time(s.mod_time),
-                            f.signed_url or s.backing_store or "",
-                        ]
-                    )
-        if fmt == "json":
-            click.echo(json.dumps(records, indent=2))
-        else:
+                fragments = [f async for f in _fragments(jc, journal, from_unix, to_unix, url_ttl)]
+                if fmt == "json":
+                    for f in fragments:
+                        click.echo(output.go_json(_go_fragment(f)))
+                elif fmt == "proto":
+                    resp = pb.FragmentsResponse(fragments=fragments)
+                    click.echo(text_format.MessageToString(resp), nl=False)
+                else:
+                    rows.extend(_row(f) for f in fragments)
+        if fmt == "table":
             click.echo(
-                output.table(
-                    ["Journal", "Offsets", "Length", "Codec", "Persisted", "Location"], rows
-                ),
+                output.table(["Journal", "Offsets", "Length", "Codec", "Persisted", "URL"], rows),
                 nl=False,
             )
 
     runner.run(go())
+
+
+def _row(f: pb.FragmentsResponse._Fragment) -> list[str]:
+    s = f.spec
+    return [
+        s.journal,
+        f"{s.begin}-{s.end}",
+        output.human_bytes(s.end - s.begin),
+        pb.enum_text(pb.CompressionCodec, s.compression_codec),
+        _mod_time(s.mod_time),
+        _location(f),
+    ]
 
 
 @click.command("prune")

@@ -1,5 +1,8 @@
 """``gazctl journals list``: journals as a table, YAML hierarchy, JSON or proto text.
 
+The YAML hierarchy is built from the specs the brokers list, so it never has
+the ``comment:`` fields of an applied file: specs have no place for them, in
+Gazette as here (its ``journalspace.Node.Comment`` is YAML-only as well).
 Gazette's ``cmd/gazctl/gazctlcmd/journals_list.go``.
 """
 
@@ -67,7 +70,7 @@ def _table(
     type=click.Choice(["table", "yaml", "json", "proto"]),
     default="table",
     show_default=True,
-    help="Output format. yaml is the hierarchy `journals apply` reads.",
+    help="Output format. yaml is the hierarchy `journals apply` reads (without comments).",
 )
 @click.option(
     "-L", "--label-columns", default="", help="Labels to show as columns, comma-separated."
@@ -90,6 +93,12 @@ def list_cmd(
     watch: bool,
 ) -> None:
     """List journals, optionally restricted by a label selector.
+
+    -o yaml prints the hierarchy `journals apply` reads, with each journal's
+    current revision. It has no `comment:` fields: comments of an applied YAML
+    file are not part of the journal specs that brokers store (JournalSpec has
+    no such field, in Gazette too), so there is nothing to print them from.
+    Keep the YAML file under version control to keep its comments.
 
     \b
     Examples:
