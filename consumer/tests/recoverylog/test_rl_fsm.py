@@ -185,8 +185,13 @@ def test_player_jumps_only_gaps_that_no_hinted_segment_needs(tmp_path: pathlib.P
     hints = FSMHints(log="a/log")
     for fnode, first_offset in ((1, 100), (5, 900)):
         node = hints.live_nodes.add(fnode=fnode)
-        node.segments.add(author=7, first_seq_no=fnode, first_checksum=0, last_seq_no=fnode + 1,
-                          first_offset=first_offset)
+        node.segments.add(
+            author=7,
+            first_seq_no=fnode,
+            first_checksum=0,
+            last_seq_no=fnode + 1,
+            first_offset=first_offset,
+        )
     player = Player(None, hints, tmp_path / "d")  # type: ignore[arg-type]
     # Mid-way through the first hinted segment: nothing may be skipped.
     with pytest.raises(errors.RecoveryLogError, match="skips from 150 to 400"):
