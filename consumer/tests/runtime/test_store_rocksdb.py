@@ -16,11 +16,10 @@ import pytest
 import rocksdict
 from rt_fakes import TaskShard
 
-from gazette.broker import client, testing
-from gazette.broker import protocol as pb
-from gazette.broker.server import testing as server_testing
+from gazette.broker import client
 from gazette.consumer import protocol as pc
 from gazette.consumer import recoverylog as rl
+from gazette.consumer import testing as consumer_testing
 from gazette.consumer.recoverylog.recorded_op_pb2 import FSMHints, RecordedOp
 from gazette.consumer.runtime import checkpoints, errors, store_rocksdb
 from gazette.keyspace import testing as ks_testing
@@ -38,26 +37,7 @@ CUT_COMMITS, CUTS_PER_COMMIT, RANDOM_CUTS = 5 * _SOAK, 5 * _SOAK, 12 * _SOAK
 async def jc(
     etcd: Any, etcd_server: ks_testing.EtcdServer, tmp_path: pathlib.Path
 ) -> AsyncIterator[client.JournalClient]:
-    async with (
-        server_testing.InProcessCluster(
-            etcd_server.endpoint, work_dir=tmp_path / "b", brokers=1
-        ) as c,
-        client.JournalClient(client.ClientConfig(address=c[0].endpoint)) as jc,
-    ):
-        spec = testing.journal_spec(
-            LOG, labels=[(pb.LABEL_CONTENT_TYPE, "application/x-gazette-recoverylog")]
-        )
-        await client.apply_journals(
-            jc, pb.ApplyRequest(changes=[pb.ApplyRequest.Change(upsert=spec)])
-        )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                await asyncio.wait_for(client.append(jc, LOG, b""), 5)
-                break
-            except (client.errors.ClientError, TimeoutError):
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.1)
+    async with consumer_testing.recovery_logs(etcd_server.endpoint, tmp_path / "b", LOG) as jc:
         yield jc
 
 

@@ -7,7 +7,6 @@ import pathlib
 import random
 import shutil
 import threading
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,12 +14,11 @@ import apsw
 import pytest
 from rt_fakes import TaskShard
 
-from gazette.broker import client, testing
-from gazette.broker import protocol as pb
+from gazette.broker import client
 from gazette.broker.client import AsyncOperation
-from gazette.broker.server import testing as server_testing
 from gazette.consumer import protocol as pc
 from gazette.consumer import recoverylog as rl
+from gazette.consumer import testing as consumer_testing
 from gazette.consumer.recoverylog.recorded_op_pb2 import FSMHints
 from gazette.consumer.runtime import checkpoints, store_sqlite
 from gazette.keyspace import testing as ks_testing
@@ -35,26 +33,7 @@ DDL = "CREATE TABLE IF NOT EXISTS kv (k INTEGER PRIMARY KEY, v BLOB NOT NULL)"
 async def jc(
     etcd: Any, etcd_server: ks_testing.EtcdServer, tmp_path: pathlib.Path
 ) -> AsyncIterator[client.JournalClient]:
-    async with (
-        server_testing.InProcessCluster(
-            etcd_server.endpoint, work_dir=tmp_path / "b", brokers=1
-        ) as c,
-        client.JournalClient(client.ClientConfig(address=c[0].endpoint)) as jc,
-    ):
-        spec = testing.journal_spec(
-            LOG, labels=[(pb.LABEL_CONTENT_TYPE, "application/x-gazette-recoverylog")]
-        )
-        await client.apply_journals(
-            jc, pb.ApplyRequest(changes=[pb.ApplyRequest.Change(upsert=spec)])
-        )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                await asyncio.wait_for(client.append(jc, LOG, b""), 5)
-                break
-            except (client.errors.ClientError, TimeoutError):
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.1)
+    async with consumer_testing.recovery_logs(etcd_server.endpoint, tmp_path / "b", LOG) as jc:
         yield jc
 
 

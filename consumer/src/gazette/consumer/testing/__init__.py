@@ -5,7 +5,9 @@
   store's tests and the stream-sum example;
 * :class:`ConsumerCluster` — N ``python -m gazette.consumer`` processes of one
   application against a real etcd and broker cluster, killed and restarted like
-  the brokers of :mod:`gazette.broker.testing`.
+  the brokers of :mod:`gazette.broker.testing`;
+* :func:`recovery_logs` — an in-process broker serving recovery-log journals,
+  for tests of recorders, players and recorded stores.
 
 Install with ``gazette-consumer[testing,postgres]``.
 
@@ -23,7 +25,8 @@ Usage::
             consumers.restart(0)
 """
 
+from gazette.consumer.testing.logs import recovery_logs
 from gazette.consumer.testing.postgres import PostgresServer, PostgresStartError, pg_bin_dir
 from gazette.consumer.testing.processes import ConsumerCluster
 
-__all__ = ["ConsumerCluster", "PostgresServer", "PostgresStartError", "pg_bin_dir"]
+__all__ = ["ConsumerCluster", "PostgresServer", "PostgresStartError", "pg_bin_dir", "recovery_logs"]
