@@ -73,6 +73,7 @@ from typing import IO
 import yaml
 
 from gazette.broker import protocol as pb
+from gazette.broker.journalspace import codec
 from gazette.consumer import protocol as pc
 
 __all__ = [
@@ -380,14 +381,8 @@ def _yaml_field(e: pb.ValidationError) -> str:
 
 # --- decoding ------------------------------------------------------------------------------
 
-_STR = "tag:yaml.org,2002:str"
-_INT = "tag:yaml.org,2002:int"
-_BOOL = "tag:yaml.org,2002:bool"
-_NULL = "tag:yaml.org,2002:null"
 
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Builds YAML 1.1 ints (0x10, 1_000) and bools (yes, on) from scalar nodes, as Go's yaml.v2.
-_CONSTRUCTOR = yaml.constructor.SafeConstructor()
 
 _SPEC_KEYS = (
     "id",
@@ -414,7 +409,7 @@ _INT64 = (-(2**63), 2**63 - 1)
 def load(source: str | bytes | IO[str] | IO[bytes]) -> Set:
     """Decode a shard set; raises :class:`DecodeError` naming the shard, key and line."""
     try:
-        root = yaml.compose(source, Loader=_Loader)
+        root = yaml.compose(source, Loader=codec.YAML_LOADER)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise DecodeError(
@@ -439,85 +434,13 @@ def load(source: str | bytes | IO[str] | IO[bytes]) -> Set:
     return out
 
 
-class _Decoder:
-    """Decodes one part of the document; ``who`` names it in errors."""
-
-    def __init__(self, who: str) -> None:
-        self.who = who
+class _Decoder(codec.YamlReader):
+    """Decodes a shardspace document (the typed reads are the journalspace's)."""
 
     def fail(self, field: str, reason: str, at: yaml.Node) -> DecodeError:
         return DecodeError(
             self.who, field, reason, at.start_mark.line + 1, at.start_mark.column + 1
         )
-
-    def mapping(
-        self, field: str, at: yaml.Node, keys: tuple[str, ...]
-    ) -> dict[str, tuple[str, yaml.Node]] | None:
-        """Check ``at`` is a mapping of known, distinct keys: key -> (key path, value)."""
-        if _is_null(at):
-            return None
-        if not isinstance(at, yaml.MappingNode):
-            raise self.fail(field, f"expected a mapping, not {_kind(at)}", at)
-        out: dict[str, tuple[str, yaml.Node]] = {}
-        for key_node, value in at.value:
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != _STR:
-                raise self.fail(field, f"expected a string key, not {_kind(key_node)}", key_node)
-            key = key_node.value
-            path = f"{field}.{key}" if field else key
-            if key not in keys:
-                raise self.fail(
-                    path, f"unknown key {key!r} (expected one of {', '.join(keys)})", key_node
-                )
-            if key in out:
-                raise self.fail(path, "key is repeated", key_node)
-            out[key] = (path, value)
-        return out
-
-    def sequence(self, field: str, at: yaml.Node) -> list[yaml.Node] | None:
-        if _is_null(at):
-            return None
-        if not isinstance(at, yaml.SequenceNode):
-            raise self.fail(field, f"expected a list, not {_kind(at)}", at)
-        return list(at.value)
-
-    def string(self, field: str, at: yaml.Node) -> str:
-        # As Go's decoder, any scalar reads as its text into a string field.
-        if _is_null(at):
-            return ""
-        if not isinstance(at, yaml.ScalarNode):
-            raise self.fail(field, f"expected a string, not {_kind(at)}", at)
-        return str(at.value)
-
-    def integer(self, field: str, at: yaml.Node, bounds: tuple[int, int]) -> int:
-        if _is_null(at):
-            return 0
-        if not isinstance(at, yaml.ScalarNode) or at.tag != _INT:
-            raise self.fail(field, f"expected an integer, not {_kind(at)}", at)
-        value = int(_CONSTRUCTOR.construct_yaml_int(at))
-        if not bounds[0] <= value <= bounds[1]:
-            raise self.fail(
-                field, f"{value} is out of range (expected {bounds[0]} to {bounds[1]})", at
-            )
-        return value
-
-    def boolean(self, field: str, at: yaml.Node) -> bool | None:
-        if _is_null(at):
-            return None
-        if not isinstance(at, yaml.ScalarNode) or at.tag != _BOOL:
-            raise self.fail(field, f"expected true or false, not {_kind(at)}", at)
-        return bool(_CONSTRUCTOR.construct_yaml_bool(at))
-
-    def duration(self, field: str, at: yaml.Node) -> int:
-        if _is_null(at):
-            return 0
-        if not isinstance(at, yaml.ScalarNode) or at.tag != _STR:
-            raise self.fail(
-                field, f"expected a duration such as 1m30s, not {_kind(at)} {at.value!r}", at
-            )
-        try:
-            return pb.parse_duration_nanos(at.value)
-        except ValueError as e:
-            raise self.fail(field, f"not a duration ({at.value!r}): {e}", at) from e
 
     def shard(self, at: yaml.Node) -> Shard:
         # Name the shard by its id in every error, once the id is known.
@@ -592,21 +515,9 @@ class _Decoder:
         return out
 
 
-def _is_null(at: yaml.Node) -> bool:
-    return isinstance(at, yaml.ScalarNode) and at.tag == _NULL
-
-
-def _kind(at: yaml.Node) -> str:
-    if isinstance(at, yaml.MappingNode):
-        return "a mapping"
-    if isinstance(at, yaml.SequenceNode):
-        return "a list"
-    return {_STR: "a string", _INT: "an integer", _BOOL: "a boolean", _NULL: "null"}.get(
-        at.tag, f"a {at.tag.rsplit(':', 1)[-1]}"
-    )
-
-
 # --- encoding ------------------------------------------------------------------------------
+
+_STR_TAG = "tag:yaml.org,2002:str"
 
 
 def dump(s: Set) -> str:
@@ -682,10 +593,10 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
         style = '"'
     elif "\n" in value:
         style = "|"
-    elif dumper.resolve(yaml.ScalarNode, value, (True, False)) != _STR:  # type: ignore[no-untyped-call]
+    elif dumper.resolve(yaml.ScalarNode, value, (True, False)) != _STR_TAG:  # type: ignore[no-untyped-call]
         # "true", "123", "null", "2024-01-01": quoted, so they read back as strings.
         style = '"'
-    return dumper.represent_scalar(_STR, value, style=style)
+    return dumper.represent_scalar(_STR_TAG, value, style=style)
 
 
 _Dumper.add_representer(str, _represent_str)

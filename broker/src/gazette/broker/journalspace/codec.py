@@ -20,7 +20,7 @@ from gazette.broker import protocol as pb
 from gazette.broker.journalspace import errors
 from gazette.broker.journalspace import node as nodes
 
-__all__ = ["dump", "load"]
+__all__ = ["YAML_LOADER", "YamlReader", "dump", "is_null", "kind", "load"]
 
 _STR = "tag:yaml.org,2002:str"
 _INT = "tag:yaml.org,2002:int"
@@ -28,6 +28,8 @@ _BOOL = "tag:yaml.org,2002:bool"
 _NULL = "tag:yaml.org,2002:null"
 
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: The loader that composes YAML nodes (libyaml's when present).
+YAML_LOADER = _Loader
 # Builds YAML 1.1 ints (0x10, 1_000, 1:30) and bools (yes, on) from scalar nodes.
 _CONSTRUCTOR = yaml.constructor.SafeConstructor()
 
@@ -60,29 +62,33 @@ def load(source: str | bytes | IO[str] | IO[bytes]) -> nodes.Node:
     return out
 
 
-class _Decoder:
-    """Decodes one node of the tree; ``who`` names it in errors."""
+class YamlReader:
+    """Reads YAML nodes into typed values, failing with the field path and position.
+
+    The shared part of the journalspace and shardspace decoders (gazctl's):
+    subclasses say how a failure is raised (:meth:`fail`) and add their own
+    structures. As Gazette's decoders, any scalar reads as its text into a
+    string field, and null reads as the zero value.
+    """
 
     def __init__(self, who: str) -> None:
         self.who = who
 
-    def fail(self, field: str, reason: str, at: yaml.Node) -> errors.DecodeError:
-        return errors.DecodeError(
-            self.who, field, reason, at.start_mark.line + 1, at.start_mark.column + 1
-        )
+    def fail(self, field: str, reason: str, at: yaml.Node) -> Exception:
+        raise NotImplementedError
 
     def mapping(
         self, field: str, at: yaml.Node, keys: tuple[str, ...]
     ) -> dict[str, tuple[str, yaml.Node]] | None:
         """Check `at` is a mapping of known, distinct keys; map key -> (field path, value)."""
-        if _is_null(at):
+        if is_null(at):
             return None
         if not isinstance(at, yaml.MappingNode):
-            raise self.fail(field, f"expected a mapping, not {_kind(at)}", at)
+            raise self.fail(field, f"expected a mapping, not {kind(at)}", at)
         out: dict[str, tuple[str, yaml.Node]] = {}
         for key_node, value in at.value:
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != _STR:
-                raise self.fail(field, f"expected a string key, not {_kind(key_node)}", key_node)
+                raise self.fail(field, f"expected a string key, not {kind(key_node)}", key_node)
             key = key_node.value
             path = f"{field}.{key}" if field else key
             if key not in keys:
@@ -95,37 +101,62 @@ class _Decoder:
         return out
 
     def sequence(self, field: str, at: yaml.Node) -> list[yaml.Node] | None:
-        if _is_null(at):
+        if is_null(at):
             return None
         if not isinstance(at, yaml.SequenceNode):
-            raise self.fail(field, f"expected a list, not {_kind(at)}", at)
+            raise self.fail(field, f"expected a list, not {kind(at)}", at)
         return list(at.value)
 
     def string(self, field: str, at: yaml.Node) -> str:
-        # Like Go's decoder, any scalar reads as its text into a string field
-        # (`value: 123` is the label value "123"); null is the empty string.
-        if _is_null(at):
+        # `value: 123` is the label value "123"; null is the empty string.
+        if is_null(at):
             return ""
         if not isinstance(at, yaml.ScalarNode):
-            raise self.fail(field, f"expected a string, not {_kind(at)}", at)
+            raise self.fail(field, f"expected a string, not {kind(at)}", at)
         return str(at.value)
 
-    def integer(self, field: str, at: yaml.Node) -> int:
-        if _is_null(at):
+    def integer(self, field: str, at: yaml.Node, bounds: tuple[int, int] | None = None) -> int:
+        if is_null(at):
             return 0
         if not isinstance(at, yaml.ScalarNode) or at.tag != _INT:
-            raise self.fail(field, f"expected an integer, not {_kind(at)}", at)
-        return int(_CONSTRUCTOR.construct_yaml_int(at))
+            raise self.fail(field, f"expected an integer, not {kind(at)}", at)
+        value = int(_CONSTRUCTOR.construct_yaml_int(at))
+        if bounds is not None and not bounds[0] <= value <= bounds[1]:
+            raise self.fail(
+                field, f"{value} is out of range (expected {bounds[0]} to {bounds[1]})", at
+            )
+        return value
 
     def boolean(self, field: str, at: yaml.Node) -> bool | None:
-        if _is_null(at):
+        if is_null(at):
             return None
         if not isinstance(at, yaml.ScalarNode) or at.tag != _BOOL:
-            raise self.fail(field, f"expected true or false, not {_kind(at)}", at)
+            raise self.fail(field, f"expected true or false, not {kind(at)}", at)
         return bool(_CONSTRUCTOR.construct_yaml_bool(at))
 
+    def duration(self, field: str, at: yaml.Node) -> int:
+        if is_null(at):
+            return 0
+        if not isinstance(at, yaml.ScalarNode) or at.tag != _STR:
+            raise self.fail(
+                field, f"expected a duration such as 1m30s, not {kind(at)} {at.value!r}", at
+            )
+        try:
+            return pb.parse_duration_nanos(at.value)
+        except ValueError as e:
+            raise self.fail(field, f"not a duration ({at.value!r}): {e}", at) from e
+
+
+class _Decoder(YamlReader):
+    """Decodes a journalspace tree."""
+
+    def fail(self, field: str, reason: str, at: yaml.Node) -> errors.DecodeError:
+        return errors.DecodeError(
+            self.who, field, reason, at.start_mark.line + 1, at.start_mark.column + 1
+        )
+
     def enum(self, field: str, at: yaml.Node, table: Any, type_name: str) -> int:
-        if _is_null(at):
+        if is_null(at):
             return 0
         if isinstance(at, yaml.ScalarNode) and at.tag == _INT:
             return self.integer(field, at)
@@ -137,19 +168,7 @@ class _Decoder:
                 raise self.fail(
                     field, f"{at.value!r} is not a {type_name} (expected one of {options})", at
                 ) from None
-        raise self.fail(field, f"expected a {type_name} name, not {_kind(at)}", at)
-
-    def duration(self, field: str, at: yaml.Node) -> int:
-        if _is_null(at):
-            return 0
-        if not isinstance(at, yaml.ScalarNode) or at.tag != _STR:
-            raise self.fail(
-                field, f"expected a duration such as 1m30s, not {_kind(at)} {at.value!r}", at
-            )
-        try:
-            return pb.parse_duration_nanos(at.value)
-        except ValueError as e:
-            raise self.fail(field, f"not a duration ({at.value!r}): {e}", at) from e
+        raise self.fail(field, f"expected a {type_name} name, not {kind(at)}", at)
 
     def node(self, at: yaml.Node, path: str = "") -> nodes.Node:
         out = nodes.Node()
@@ -261,11 +280,13 @@ _FRAGMENT_KEYS = (
 )
 
 
-def _is_null(at: yaml.Node) -> bool:
+def is_null(at: yaml.Node) -> bool:
+    """Whether ``at`` is YAML's null."""
     return isinstance(at, yaml.ScalarNode) and at.tag == _NULL
 
 
-def _kind(at: yaml.Node) -> str:
+def kind(at: yaml.Node) -> str:
+    """How an error names the kind of node ``at`` is."""
     if isinstance(at, yaml.MappingNode):
         return "a mapping"
     if isinstance(at, yaml.SequenceNode):
