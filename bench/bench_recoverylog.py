@@ -79,30 +79,13 @@ async def _recorded(
     from gazette.broker.client import AsyncOperation
     from gazette.consumer import protocol as pc
     from gazette.consumer import recoverylog as rl
+    from gazette.consumer import testing as consumer_testing
     from gazette.consumer.runtime import checkpoints, store_sqlite
-
-    class _Shard:
-        def __init__(self, tg: asyncio.TaskGroup) -> None:
-            self.tg = tg
-
-        def run_operation(self, name: str, coro: Any) -> AsyncOperation:
-            op = AsyncOperation()
-
-            async def run() -> None:
-                try:
-                    await coro
-                except Exception as e:  # noqa: BLE001 - the operation carries it.
-                    op.resolve(e)
-                else:
-                    op.resolve(None)
-
-            self.tg.create_task(run())
-            return op
 
     d = work / "recorded"
     d.mkdir()
     async with asyncio.TaskGroup() as tg, client.AppendService(jc) as appends:
-        shard = _Shard(tg)
+        shard = consumer_testing.TaskShard("/bench/items/sqlite", tg)
         rec = rl.Recorder(rl.FSM(rl.FSMHints(log="none")), 7, d, appends, LOG)
         await rec.start()
         store = store_sqlite.SQLiteStore(

@@ -7,12 +7,12 @@ import json
 import pathlib
 
 import pytest
-from rt_fakes import TaskShard
 
 from gazette import message
 from gazette.broker.client import AsyncOperation
 from gazette.consumer import protocol as pc
 from gazette.consumer.runtime import checkpoints, store_json_file
+from gazette.consumer.testing import TaskShard
 
 
 def Shard(tg: asyncio.TaskGroup) -> TaskShard:

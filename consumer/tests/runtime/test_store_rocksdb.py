@@ -14,7 +14,6 @@ from typing import Any, Literal
 
 import pytest
 import rocksdict
-from rt_fakes import TaskShard
 
 from gazette.broker import client
 from gazette.consumer import protocol as pc
@@ -22,6 +21,7 @@ from gazette.consumer import recoverylog as rl
 from gazette.consumer import testing as consumer_testing
 from gazette.consumer.recoverylog.recorded_op_pb2 import FSMHints, RecordedOp
 from gazette.consumer.runtime import checkpoints, errors, store_rocksdb
+from gazette.consumer.testing import TaskShard
 from gazette.keyspace import testing as ks_testing
 
 pytestmark = [pytest.mark.timeout(120)]

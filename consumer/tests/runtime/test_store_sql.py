@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator, Iterator
 
 import psycopg
 import pytest
-from rt_fakes import TaskShard
 
 from gazette.broker.client import AsyncOperation
 from gazette.consumer import protocol as pc
 from gazette.consumer import testing
 from gazette.consumer.runtime import store_sql
+from gazette.consumer.testing import TaskShard
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import apsw
 import pytest
-from rt_fakes import TaskShard
 
 from gazette.broker import client
 from gazette.broker.client import AsyncOperation
@@ -21,6 +20,7 @@ from gazette.consumer import recoverylog as rl
 from gazette.consumer import testing as consumer_testing
 from gazette.consumer.recoverylog.recorded_op_pb2 import FSMHints
 from gazette.consumer.runtime import checkpoints, store_sqlite
+from gazette.consumer.testing import TaskShard
 from gazette.keyspace import testing as ks_testing
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

@@ -7,7 +7,8 @@
   application against a real etcd and broker cluster, killed and restarted like
   the brokers of :mod:`gazette.broker.testing`;
 * :func:`recovery_logs` — an in-process broker serving recovery-log journals,
-  for tests of recorders, players and recorded stores.
+  for tests of recorders, players and recorded stores; :class:`TaskShard`, the
+  little of a shard that a store uses.
 
 Install with ``gazette-consumer[testing,postgres]``.
 
@@ -25,8 +26,15 @@ Usage::
             consumers.restart(0)
 """
 
-from gazette.consumer.testing.logs import recovery_logs
+from gazette.consumer.testing.logs import TaskShard, recovery_logs
 from gazette.consumer.testing.postgres import PostgresServer, PostgresStartError, pg_bin_dir
 from gazette.consumer.testing.processes import ConsumerCluster
 
-__all__ = ["ConsumerCluster", "PostgresServer", "PostgresStartError", "pg_bin_dir", "recovery_logs"]
+__all__ = [
+    "ConsumerCluster",
+    "PostgresServer",
+    "PostgresStartError",
+    "TaskShard",
+    "pg_bin_dir",
+    "recovery_logs",
+]

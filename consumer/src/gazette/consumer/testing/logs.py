@@ -1,4 +1,4 @@
-"""Recovery-log journals on an in-process broker, for tests of recorders, players and stores."""
+"""Recovery-log journals on an in-process broker, and a bare shard, for tests of stores."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import contextlib
 import os
 import pathlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 from gazette.broker import client, testing
 from gazette.broker import protocol as pb
 from gazette.broker.server import testing as server_testing
 
-__all__ = ["recovery_logs"]
+__all__ = ["TaskShard", "recovery_logs"]
 
 
 @contextlib.asynccontextmanager
@@ -50,3 +51,25 @@ async def recovery_logs(
                         raise
                     await asyncio.sleep(0.1)
         yield jc
+
+
+class TaskShard:
+    """What stores use of a shard: its FQN, and ``run_operation`` on a caller's task group."""
+
+    def __init__(self, fqn: str, tg: asyncio.TaskGroup) -> None:
+        self.fqn = fqn
+        self._tg = tg
+
+    def run_operation(self, name: str, coro: Coroutine[Any, Any, None]) -> client.AsyncOperation:
+        op = client.AsyncOperation()
+
+        async def run() -> None:
+            try:
+                await coro
+            except Exception as e:  # noqa: BLE001 - the operation carries it.
+                op.resolve(e)
+            else:
+                op.resolve(None)
+
+        self._tg.create_task(run())
+        return op
