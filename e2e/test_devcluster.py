@@ -146,14 +146,18 @@ def test_port_base_derives_every_port_and_a_quick_second_up_keeps_them(
 ) -> None:
     base = _free_run(8)
     args = ("--data", str(data), "--port-base", str(base), "--no-journals")
-    out = subprocess.run(
-        [sys.executable, "-m", "devcluster", "up", *args],
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=True,
-    ).stdout
+
+    def up() -> str:
+        return subprocess.run(
+            [sys.executable, "-m", "devcluster", "up", *args],
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=True,
+        ).stdout
+
+    out = up()
     processes = {p.name: p for p in devcluster.read_state(data)}
     assert processes["etcd"].endpoint.endswith(f":{base}"), out
     for i in range(3):
@@ -163,14 +167,7 @@ def test_port_base_derives_every_port_and_a_quick_second_up_keeps_them(
     assert "already in use" not in out
     run("down", "--data", str(data))
     # Straight up again: sockets of the last run linger in TIME-WAIT, yet the ports stay.
-    out = subprocess.run(
-        [sys.executable, "-m", "devcluster", "up", *args],
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=True,
-    ).stdout
+    out = up()
     assert "already in use" not in out, out
     assert devcluster.read_state(data)[1].endpoint == f"http://127.0.0.1:{base + 2}"
     run("down", "--data", str(data))
