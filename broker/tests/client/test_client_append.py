@@ -136,3 +136,12 @@ def test_index_has_greater_offset_names_the_fix() -> None:
     assert text.startswith("INDEX_HAS_GREATER_OFFSET (journal my/own/journal)")
     assert "gazctl journals reset-head -l name=my/own/journal" in text
     assert "--etcd.lease + 2s" in text
+
+
+async def test_a_broker_that_ignores_the_delete_probe_is_told_apart(
+    jc: client.JournalClient,
+) -> None:
+    # The fake answers OK without the probe's echo, as Gazette brokers before it do.
+    await client.fragment_store_health(jc, "file:///")
+    with pytest.raises(errors.DeleteProbeNotRun, match="delete permission is untested"):
+        await client.fragment_store_health(jc, "file:///", check_delete_prefix="probe/")

@@ -223,3 +223,11 @@ async def test_list_apply_fragments_and_store_health(brokers: testing.BrokerClus
 
         health = await client.fragment_store_health(jc, brokers.store_url)
         assert health.status == pb.OK
+
+
+async def test_store_health_delete_probe_is_echoed(brokers: testing.BrokerCluster) -> None:
+    async with client.JournalClient(client.ClientConfig(address=brokers[0].endpoint)) as jc:
+        resp = await client.fragment_store_health(
+            jc, brokers.store_url, check_delete_prefix="probe/"
+        )
+        assert resp.status == pb.OK

@@ -24,6 +24,7 @@ Hierarchy::
           ├── FragmentReadError         reading a fragment straight from its store failed
           │    ├── FragmentURLError          the store answered the signed URL with an error
           │    └── FragmentLengthError       the file decoded to more or fewer bytes than it spans
+          ├── DeleteProbeNotRun         a broker ignored a store-health delete probe (older Gazette)
           └── DependencyFailed          an append's dependency failed, so it was not sent
 
 `status_error` is the one place that maps a ``pb.Status`` to its class. Every
@@ -39,6 +40,7 @@ from gazette.broker import protocol as pb
 
 __all__ = [
     "ClientError",
+    "DeleteProbeNotRun",
     "DependencyFailed",
     "EtcdTransactionFailed",
     "FragmentLengthError",
@@ -192,6 +194,11 @@ def status_error(
         raise ValueError("status_error of Status OK")
     cls = _BY_STATUS.get(status, StatusError)
     return cls(status, journal=journal, header=header, detail=detail)
+
+
+class DeleteProbeNotRun(ClientError):
+    """A FragmentStoreHealth asked to probe deletes came back OK without the probe's echo:
+    the broker (e.g. a Go Gazette broker that predates the probe) ignored the request."""
 
 
 class TransportError(ClientError):

@@ -184,16 +184,29 @@ async def fragment_store_health(
     )
     pb.validate(req)
     try:
-        resp = await client.default().stub.FragmentStoreHealth(
+        call = client.default().stub.FragmentStoreHealth(
             req, metadata=client.metadata or None, wait_for_ready=client.config.wait_for_ready
         )
+        resp = await call
+        trailer = await call.trailing_metadata() if check_delete_prefix else None
     except grpc.aio.AioRpcError as e:
         raise _transport(e, "FragmentStoreHealth", client) from e
     _validated(resp, "FragmentStoreHealthResponse")
     if resp.status != pb.OK:
         raise errors.status_error(resp.status, header=resp.header, detail=resp.store_health_error)
     assert isinstance(resp, pb.FragmentStoreHealthResponse)
+    if check_delete_prefix and not any(
+        key == DELETE_PROBE_TRAILER for key, _ in (trailer or ())
+    ):
+        raise errors.DeleteProbeNotRun(
+            f"{store}: the broker answered healthy without probing deletes (Gazette brokers"
+            " before the delete probe ignore check_delete): delete permission is untested"
+        )
     return resp
+
+
+#: Trailing metadata by which a broker says it ran the delete probe (see the server's api).
+DELETE_PROBE_TRAILER = "gazette-delete-probe"
 
 
 class WatchedList:

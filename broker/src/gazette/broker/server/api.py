@@ -468,9 +468,17 @@ class JournalServicer(pb2_grpc.JournalServicer):
         ],
     ) -> pb.FragmentStoreHealthResponse:
         out = metrics.Outcome()
-        return await self._edge(
+        resp = await self._edge(
             "FragmentStoreHealth", context, metadata_api.store_health(self.svc, request, out), out
         )
+        if request.check_delete and resp.status == pb.OK:
+            # The echo that a delete probe ran: Gazette brokers that predate the
+            # probe ignore check_delete and answer OK without one, and clients tell.
+            context.set_trailing_metadata(((DELETE_PROBE_TRAILER, "done"),))
+        return resp
 
 
 _st = metadata_api.st
+
+#: Trailing metadata of a FragmentStoreHealth whose delete probe ran.
+DELETE_PROBE_TRAILER = "gazette-delete-probe"

@@ -42,7 +42,15 @@ async def reset_head(jc: client.JournalClient, journal: str) -> int:
     request = pb.AppendRequest(journal=journal, offset=head, suspend=pb.AppendRequest.SUSPEND_KEEP)
     # WRONG_APPEND_OFFSET: raced with an append; the head moved on, which is fine.
     with contextlib.suppress(client.errors.WrongAppendOffset):
-        await client.append(jc, request, b"")
+        try:
+            await client.append(jc, request, b"")
+        except client.errors.TransportError as e:
+            if "Suspend" not in e.details:
+                raise
+            # Gazette brokers that predate SUSPEND_KEEP refuse it ("invalid Suspend
+            # variant (4)"): send what their own gazctl sends, a resuming append.
+            request.suspend = pb.AppendRequest.SUSPEND_RESUME
+            await client.append(jc, request, b"")
     return head
 
 
