@@ -116,8 +116,11 @@ async def test_construction_errors_are_reported_not_cached(tmp_path: Path) -> No
     event, err = bad.health_status()
     assert event.is_set() and err is bad.init_error
     assert reg.get("file:///d/?bogus=1") is not bad
-    unknown = reg.get("gs://bucket/p/")
-    assert "unsupported fragment store scheme: gs" in str(unknown.init_error)
+    # Without credentials a gs:// store says so (and is retried on the next use).
+    no_creds = reg.get("gs://bucket/p/")
+    assert "credentials" in str(no_creds.init_error)
+    unsupported = reg.get("azure-ad://tenant/account/container/p/")
+    assert "azure-ad:// stores are not supported" in str(unsupported.init_error)
 
 
 def test_s3_store_construction_checks(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,7 +6,9 @@ names a blob store root. :class:`StoreRegistry` turns URLs into cached
 unused); each wraps a scheme's :class:`Store`:
 
 - ``file://`` :class:`FileStore` (rooted at ``--broker.file-root``),
-- ``s3://`` :class:`S3Store` (boto3, with Gazette's query arguments).
+- ``s3://`` :class:`S3Store` (boto3, with Gazette's query arguments),
+- ``gs://`` ``gcs.GCSStore`` and ``azure://`` ``azure.AzureStore`` (extras ``gcs`` and
+  ``azure``; imported when first used).
 
 Paths given to a store are fragment content paths relative to its root.
 Blocking client calls run in worker threads.

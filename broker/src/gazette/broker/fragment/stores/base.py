@@ -137,3 +137,37 @@ def parse_query_args(url: urllib.parse.SplitResult, options: tuple[str, ...]) ->
             )
         out[name] = value
     return out
+
+
+class SectionReader:
+    """A seekable, readable window [0, length) over a ReaderAt: the file object that
+    blob clients (botocore, google-cloud-storage, azure) want as an upload body."""
+
+    def __init__(self, content: files.ReaderAt, length: int) -> None:
+        self._content = content
+        self._length = length
+        self._pos = 0
+
+    def read(self, size: int = -1) -> bytes:
+        remaining = self._length - self._pos
+        if size < 0 or size > remaining:
+            size = remaining
+        if size <= 0:
+            return b""
+        chunk = self._content.pread(size, self._pos)
+        self._pos += len(chunk)
+        return chunk
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base_pos = (0, self._pos, self._length)[whence]
+        self._pos = max(0, min(self._length, base_pos + offset))
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True

@@ -26,7 +26,38 @@ log = logging.getLogger(__name__)
 Constructor = Callable[[str, base.StoresConfig], base.Store]
 """Builds a Store of a FragmentStore URL; raises StoreConfigError for a bad one."""
 
-DEFAULT_PROVIDERS: Mapping[str, Constructor] = {"file": fs.FileStore, "s3": s3.S3Store}
+
+def _gcs(url: str, config: base.StoresConfig) -> base.Store:
+    # Imported when first used: google-cloud-storage is an optional extra (gcs).
+    try:
+        from gazette.broker.fragment.stores import gcs
+    except ImportError as e:
+        raise errors.StoreConfigError(
+            f"gs:// stores need gazette-broker[gcs] installed ({e})", store=url, op="construct"
+        ) from e
+    return gcs.GCSStore(url, config)
+
+
+def _azure(url: str, config: base.StoresConfig) -> base.Store:
+    # Imported when first used: azure-storage-blob is an optional extra (azure).
+    try:
+        from gazette.broker.fragment.stores import azure
+    except ImportError as e:
+        raise errors.StoreConfigError(
+            f"azure:// stores need gazette-broker[azure] installed ({e})",
+            store=url,
+            op="construct",
+        ) from e
+    return azure.AzureStore(url, config)
+
+
+DEFAULT_PROVIDERS: Mapping[str, Constructor] = {
+    "file": fs.FileStore,
+    "s3": s3.S3Store,
+    "gs": _gcs,
+    "azure": _azure,
+    "azure-ad": _azure,
+}
 
 SWEEP_INTERVAL = 3600.0
 HEALTH_CHECK_TIMEOUT = 60.0

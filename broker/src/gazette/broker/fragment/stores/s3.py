@@ -40,39 +40,6 @@ _AUTH_ERROR_CODES = frozenset({"NoSuchBucket", "AccessDenied"})
 _NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
 
 
-class _SectionReader:
-    """A seekable, readable window [0, length) over a ReaderAt, as botocore wants a body."""
-
-    def __init__(self, content: files.ReaderAt, length: int) -> None:
-        self._content = content
-        self._length = length
-        self._pos = 0
-
-    def read(self, size: int = -1) -> bytes:
-        remaining = self._length - self._pos
-        if size < 0 or size > remaining:
-            size = remaining
-        if size <= 0:
-            return b""
-        chunk = self._content.pread(size, self._pos)
-        self._pos += len(chunk)
-        return chunk
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base_pos = (0, self._pos, self._length)[whence]
-        self._pos = max(0, min(self._length, base_pos + offset))
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seekable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return True
-
-
 class _S3Reader(base.StoreReader):
     def __init__(self, body: Any, content_encoding: str) -> None:
         self._body = body
@@ -193,7 +160,7 @@ class S3Store(base.Store):
         kwargs: dict[str, Any] = {
             "Bucket": self._bucket,
             "Key": self._key(path),
-            "Body": _SectionReader(content, length),
+            "Body": base.SectionReader(content, length),
             "ContentLength": length,
             **self._put_extra,
         }

@@ -1,0 +1,119 @@
+"""Blob-store emulators on loopback for the gs:// and azure:// store tests.
+
+* :class:`FakeGCS` — fake-gcs-server, a Go module built once by
+  ``emulators/fake-gcs/build.sh`` into ``.cache/fake-gcs-server/``;
+* :class:`Azurite` — Microsoft's Azure Storage emulator from npm, installed once
+  into ``.cache/azurite/<version>/``.
+
+Each runs on a free port, is waited on until it answers, and is killed on exit.
+A module of its own (every ``conftest`` of the workspace is imported as ``conftest``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import pathlib
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+from gazette.broker import testing
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+AZURITE_VERSION = "3.37.0"
+#: Azurite's well-known development account and key.
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+
+class EmulatorError(RuntimeError):
+    """An emulator could not be built, installed or started (the message says why)."""
+
+
+def fake_gcs_binary() -> pathlib.Path:
+    script = pathlib.Path(__file__).parent / "emulators" / "fake-gcs" / "build.sh"
+    proc = subprocess.run([str(script)], capture_output=True, text=True, timeout=900, check=False)
+    if proc.returncode != 0:
+        raise EmulatorError(f"building fake-gcs-server failed:\n{proc.stderr[-3000:]}")
+    return pathlib.Path(proc.stdout.strip())
+
+
+def azurite_binary() -> pathlib.Path:
+    root = REPO / ".cache" / "azurite" / AZURITE_VERSION
+    bin_path = root / "node_modules" / ".bin" / "azurite-blob"
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # One install, whoever comes first.
+        if not bin_path.exists():
+            proc = subprocess.run(
+                ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(root),
+                 f"azurite@{AZURITE_VERSION}"],
+                capture_output=True, text=True, timeout=600, check=False,
+            )  # fmt: skip
+            if proc.returncode != 0 or not bin_path.exists():
+                raise EmulatorError(f"npm install azurite failed:\n{proc.stderr[-3000:]}")
+    return bin_path
+
+
+def _wait(url: str, proc: subprocess.Popen[bytes], log: pathlib.Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=1).close()
+            return
+        except urllib.error.HTTPError:
+            return  # It answers (an error status is an answer).
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            raise EmulatorError(f"emulator exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            raise EmulatorError(f"emulator did not answer {url} in {timeout}s")
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def _running(
+    argv: list[str], url: str, work: pathlib.Path, timeout: float = 60.0
+) -> Iterator[None]:
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "emulator.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait(url, proc, log, timeout)
+        yield
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def FakeGCS(work: pathlib.Path) -> Iterator[str]:
+    """fake-gcs-server over http on a free port; yields its endpoint (``http://127.0.0.1:N``)."""
+    port = testing.free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    argv = [str(fake_gcs_binary()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
+            "-backend", "memory", "-public-host", f"127.0.0.1:{port}",
+            "-external-url", endpoint]  # fmt: skip
+    with _running(argv, f"{endpoint}/storage/v1/b", work):
+        yield endpoint
+
+
+@contextlib.contextmanager
+def Azurite(work: pathlib.Path) -> Iterator[str]:
+    """Azurite's blob service on a free port; yields the account's blob endpoint."""
+    if shutil.which("npm") is None:
+        raise EmulatorError("npm is not on PATH")
+    port = testing.free_port()
+    argv = [str(azurite_binary()), "--blobHost", "127.0.0.1", "--blobPort", str(port),
+            "--location", str(work / "data"), "--skipApiVersionCheck", "--loose",
+            "--silent"]  # fmt: skip
+    with _running(argv, f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}?comp=list", work):
+        yield f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
