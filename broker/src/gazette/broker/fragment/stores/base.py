@@ -171,3 +171,20 @@ class SectionReader:
 
     def readable(self) -> bool:
         return True
+
+
+class BytesReader(StoreReader):
+    """A StoreReader over an object already read whole (clients that return bytes)."""
+
+    def __init__(self, data: bytes, content_encoding: str = "") -> None:
+        self._data = memoryview(data)
+        self._pos = 0
+        self.content_encoding = content_encoding
+
+    async def read(self, size: int = files.COPY_BLOCK) -> bytes:
+        chunk = bytes(self._data[self._pos : self._pos + size])
+        self._pos += len(chunk)
+        return chunk
+
+    async def aclose(self) -> None:
+        self._data = memoryview(b"")

@@ -39,21 +39,6 @@ _OPTIONS = ("find", "replace")
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 
 
-class _BytesReader(base.StoreReader):
-    def __init__(self, data: bytes, content_encoding: str) -> None:
-        self._data = memoryview(data)
-        self._pos = 0
-        self.content_encoding = content_encoding
-
-    async def read(self, size: int = files.COPY_BLOCK) -> bytes:
-        chunk = bytes(self._data[self._pos : self._pos + size])
-        self._pos += len(chunk)
-        return chunk
-
-    async def aclose(self) -> None:
-        self._data = memoryview(b"")
-
-
 class GCSStore(base.Store):
     def __init__(self, url: str, config: base.StoresConfig) -> None:
         parts = urllib.parse.urlsplit(url)
@@ -135,7 +120,7 @@ class GCSStore(base.Store):
             data, encoding = await asyncio.to_thread(fetch)
         except gexc.GoogleAPIError as e:
             raise self._err("get", path, e) from e
-        return _BytesReader(data, encoding)
+        return base.BytesReader(data, encoding)
 
     async def put(
         self, path: str, content: files.ReaderAt, length: int, content_encoding: str = ""
