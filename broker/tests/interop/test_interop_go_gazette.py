@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 import subprocess
 import sys
@@ -153,10 +154,24 @@ def test_our_gazctl_drives_a_go_broker(go_broker: GoBroker) -> None:
     assert b"delete permission is untested" in probe.stderr + probe.stdout
 
 
-async def test_a_mixed_cluster_replicates_over_both_kinds(
+async def _wait_writable(jc: client.JournalClient, names: tuple[str, ...]) -> None:
+    for name in names:
+        for _ in range(300):
+            try:
+                await client.append(jc, name, b"")
+                break
+            except client.errors.ClientError:
+                await asyncio.sleep(0.1)
+        else:
+            raise AssertionError(f"{name} never took an append")
+
+
+async def test_a_mixed_cluster_replicates_and_survives_either_kind_of_primary(
     go_bins: pathlib.Path, etcd_server: ks_testing.EtcdServer, tmp_path: pathlib.Path
 ) -> None:
-    with testing.running_cluster(etcd_server.endpoint, tmp_path / "py", brokers=2) as cluster:
+    """3 Python and 2 Go brokers, journals RF 3: appends through either kind, then the
+    primaries of one journal of each kind SIGKILLed, and nothing acknowledged is lost."""
+    with testing.running_cluster(etcd_server.endpoint, tmp_path / "py", brokers=3) as cluster:
         gos = [
             GoBroker(
                 go_bins,
@@ -170,40 +185,66 @@ async def test_a_mixed_cluster_replicates_over_both_kinds(
             )
             for i, zone in enumerate(("zone-a", "zone-b"))
         ]
+        by_suffix: dict[str, Any] = {b.suffix: b for b in cluster.brokers}
+        by_suffix.update({g.suffix: g for g in gos})
         try:
             for g in gos:
                 g.start()
             spec = SPECS.replace("replication: 1", "replication: 3")
             ours(cluster[0].endpoint, "journals", "apply", input=spec.encode())
+            want = {"side/a": b"", "side/b": b""}
             async with client.JournalClient(client.ClientConfig(address=cluster[0].endpoint)) as jc:
-                for name in ("side/a", "side/b"):
-                    for _ in range(200):
-                        try:
-                            await client.append(jc, name, b"")
-                            break
-                        except client.errors.ClientError:
-                            import asyncio
-
-                            await asyncio.sleep(0.1)
+                await _wait_writable(jc, ("side/a", "side/b"))
                 listing = await client.list_journals(jc)
                 kinds = {m.suffix.split("-")[0] for j in listing.journals for m in j.route.members}
                 assert kinds == {"broker", "go"}, listing
-                want = b""
                 for i in range(20):
-                    line = f"line {i}\n".encode()
-                    # Alternately through our client and Go's gazctl, to either kind of broker.
-                    if i % 2:
-                        await client.append(jc, "side/a", line)
+                    name = ("side/a", "side/b")[i % 2]
+                    line = f"{name} line {i}\n".encode()
+                    # Alternately through our client and Go's gazctl (at either Go broker).
+                    if (i // 2) % 2:
+                        await client.append(jc, name, line)
                     else:
                         go_gazctl(
-                            go_bins, gos[i % 2].endpoint, "journals", "append", "-l",
-                            "name=side/a", input=line,
+                            go_bins, gos[(i // 4) % 2].endpoint, "journals", "append", "-l",
+                            f"name={name}", input=line,
                         )  # fmt: skip
-                    want += line
-            for endpoint in (cluster[0].endpoint, gos[0].endpoint, gos[1].endpoint):
-                got = go_gazctl(go_bins, endpoint, "journals", "read", "-l", "name=side/a").stdout
-                assert got == want, endpoint
-                assert ours(endpoint, "journals", "read", "-l", "name=side/a").stdout == want
+                    want[name] += line
+                # SIGKILL a primary, then (once routes moved) a primary of the other kind.
+                killed: list[str] = []
+                for _ in range(2):
+                    listing = await client.list_journals(jc)
+                    for j in listing.journals:
+                        primary = j.route.members[j.route.primary].suffix
+                        if primary == "broker-00" or primary.split("-")[0] in {
+                            k.split("-")[0] for k in killed
+                        }:
+                            continue  # broker-00 is this client's address.
+                        by_suffix[primary].kill()
+                        killed.append(primary)
+                        break
+                    await asyncio.sleep(4)  # The lease (3 s) lapses; the allocator moves routes.
+                    await _wait_writable(jc, ("side/a", "side/b"))
+                assert killed, "no primary could be killed"
+            survivor = next(
+                b.endpoint
+                for b in (*cluster.brokers, *gos)
+                if b.suffix not in killed and b.suffix != "broker-00"
+            )
+            async with client.JournalClient(client.ClientConfig(address=survivor)) as jc:
+                await _wait_writable(jc, ("side/a", "side/b"))
+                for i in range(10):
+                    for name in want:
+                        line = f"{name} after {i}\n".encode()
+                        await client.append(jc, name, line)
+                        want[name] += line
+            alive = [b.endpoint for b in (*cluster.brokers, *gos) if b.suffix not in killed]
+            for endpoint in alive:
+                for name, data in want.items():
+                    got = go_gazctl(go_bins, endpoint, "journals", "read", "-l", f"name={name}")
+                    assert got.stdout == data, (endpoint, name, killed)
+                    assert ours(endpoint, "journals", "read", "-l", f"name={name}").stdout == data
+            print(f"\nmixed cluster: SIGKILLed primaries {killed}; {len(alive)} brokers read back")
         finally:
             for g in gos:
                 g.kill()
