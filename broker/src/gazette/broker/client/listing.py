@@ -195,9 +195,7 @@ async def fragment_store_health(
     if resp.status != pb.OK:
         raise errors.status_error(resp.status, header=resp.header, detail=resp.store_health_error)
     assert isinstance(resp, pb.FragmentStoreHealthResponse)
-    if check_delete_prefix and not any(
-        key == DELETE_PROBE_TRAILER for key, _ in (trailer or ())
-    ):
+    if check_delete_prefix and not any(key == DELETE_PROBE_TRAILER for key, _ in (trailer or ())):
         raise errors.DeleteProbeNotRun(
             f"{store}: the broker answered healthy without probing deletes (Gazette brokers"
             " before the delete probe ignore check_delete): delete permission is untested"
