@@ -119,8 +119,9 @@ async def test_construction_errors_are_reported_not_cached(tmp_path: Path) -> No
     # Without credentials a gs:// store says so (and is retried on the next use).
     no_creds = reg.get("gs://bucket/p/")
     assert "credentials" in str(no_creds.init_error)
-    unsupported = reg.get("azure-ad://tenant/account/container/p/")
-    assert "azure-ad:// stores are not supported" in str(unsupported.init_error)
+    # An azure-ad:// store without its service principal names the variables it needs.
+    no_principal = reg.get("azure-ad://tenant/account/container/p/")
+    assert "AZURE_CLIENT_ID and AZURE_CLIENT_SECRET" in str(no_principal.init_error)
 
 
 def test_s3_store_construction_checks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -315,3 +316,17 @@ async def test_file_store_refuses_rewrites_and_urls_escaping_the_root(tmp_path: 
     assert isinstance(bad.init_error, errors.StoreConfigError)
     assert "has a '..' segment" in str(bad.init_error)
     assert not (tmp_path / "outside").exists()
+
+
+async def test_file_store_puts_files_readable_by_other_users(tmp_path: Path) -> None:
+    # A Spark job running as another user reads file:// stores directly (issue 17):
+    # persisted fragments are 0644, not mkstemp's 0600, whatever the umask.
+    (tmp_path / "data").mkdir()
+    store = registry(tmp_path).get("file:///data/")
+    old_umask = os.umask(0o077)
+    try:
+        await put(store, "a/journal/f.raw", b"hello")
+    finally:
+        os.umask(old_umask)
+    mode = stat.S_IMODE((tmp_path / "data/a/journal/f.raw").stat().st_mode)
+    assert mode == 0o644

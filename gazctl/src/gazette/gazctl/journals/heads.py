@@ -47,10 +47,16 @@ async def reset_head(jc: client.JournalClient, journal: str) -> int:
         except client.errors.TransportError as e:
             if "Suspend" not in e.details:
                 raise
-            # Gazette brokers that predate SUSPEND_KEEP refuse it ("invalid Suspend
-            # variant (4)"): send what their own gazctl sends, a resuming append.
-            request.suspend = pb.AppendRequest.SUSPEND_RESUME
-            await client.append(jc, request, b"")
+            # Gazette brokers that predate SUSPEND_KEEP (v0.103) refuse it ("invalid
+            # Suspend variant (4)"). Not SUSPEND_RESUME (what their own gazctl sends):
+            # it resumes a partially suspended journal, which KEEP exists to avoid
+            # (test_our_gazctl_drives_a_go_broker). SUSPEND_NO_RESUME rolls the
+            # pipeline to the requested offset before it looks at the suspension,
+            # so the head is reset either way; a suspended journal then answers
+            # SUSPENDED, and stays as suspended as it was.
+            request.suspend = pb.AppendRequest.SUSPEND_NO_RESUME
+            with contextlib.suppress(client.errors.Suspended):
+                await client.append(jc, request, b"")
     return head
 
 

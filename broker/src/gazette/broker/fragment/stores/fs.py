@@ -31,6 +31,8 @@ INVALID_FILE_STORE_DIRECTORY = "invalid file store directory"
 OUTSIDE_STORE_ROOT = "outside the store root"
 
 _OPTIONS = ("find", "replace")
+# Mode of every file put into a store (see FileStore._put).
+FRAGMENT_FILE_MODE = 0o644
 
 # (relative POSIX path, mtime) of each listed file; named since FileStore.list shadows `list`.
 _Listing = list[tuple[str, float]]
@@ -182,6 +184,10 @@ class FileStore(base.Store):
         fd, tmp = tempfile.mkstemp(prefix=".partial-" + os.path.basename(target), dir=directory)
         try:
             with os.fdopen(fd, "wb") as f:
+                # mkstemp creates 0600: make fragments 0644, so that a Spark job running
+                # as another user can read a file:// store (issue 17). fchmod is not
+                # subject to the umask, so the mode is exactly this.
+                os.fchmod(f.fileno(), FRAGMENT_FILE_MODE)
                 offset = 0
                 while offset < length:
                     chunk = content.pread(min(files.COPY_BLOCK, length - offset), offset)
