@@ -12,9 +12,12 @@ A module of its own (every ``conftest`` of the workspace is imported as ``confte
 from __future__ import annotations
 
 import contextlib
+import datetime
 import fcntl
+import ipaddress
 import pathlib
 import shutil
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -61,11 +64,17 @@ def azurite_binary() -> pathlib.Path:
     return bin_path
 
 
-def _wait(url: str, proc: subprocess.Popen[bytes], log: pathlib.Path, timeout: float) -> None:
+def _wait(
+    url: str,
+    proc: subprocess.Popen[bytes],
+    log: pathlib.Path,
+    timeout: float,
+    context: ssl.SSLContext | None = None,
+) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            urllib.request.urlopen(url, timeout=1).close()
+            urllib.request.urlopen(url, timeout=1, context=context).close()
             return
         except urllib.error.HTTPError:
             return  # It answers (an error status is an answer).
@@ -80,14 +89,18 @@ def _wait(url: str, proc: subprocess.Popen[bytes], log: pathlib.Path, timeout: f
 
 @contextlib.contextmanager
 def _running(
-    argv: list[str], url: str, work: pathlib.Path, timeout: float = 60.0
+    argv: list[str],
+    url: str,
+    work: pathlib.Path,
+    timeout: float = 60.0,
+    context: ssl.SSLContext | None = None,
 ) -> Iterator[None]:
     work.mkdir(parents=True, exist_ok=True)
     log = work / "emulator.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
     try:
-        _wait(url, proc, log, timeout)
+        _wait(url, proc, log, timeout, context)
         yield
     finally:
         proc.kill()
@@ -106,14 +119,66 @@ def FakeGCS(work: pathlib.Path) -> Iterator[str]:
         yield endpoint
 
 
+def loopback_certificate(work: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """A self-signed certificate of 127.0.0.1 and its key: (cert.pem, key.pem) under ``work``.
+
+    The certificate is its own CA: trust it by pointing a client's CA bundle at cert.pem.
+    """
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = work / "cert.pem", work / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
 @contextlib.contextmanager
-def Azurite(work: pathlib.Path) -> Iterator[str]:
-    """Azurite's blob service on a free port; yields the account's blob endpoint."""
+def Azurite(work: pathlib.Path, *, oauth: bool = False) -> Iterator[str]:
+    """Azurite's blob service on a free port; yields the account's blob endpoint.
+
+    ``oauth``: serve https (certificate ``work/cert.pem``, from
+    :func:`loopback_certificate`) and accept Azure AD bearer tokens, whose
+    claims Azurite checks but whose signatures it does not.
+    """
     if shutil.which("npm") is None:
         raise EmulatorError("npm is not on PATH")
     port = testing.free_port()
     argv = [str(azurite_binary()), "--blobHost", "127.0.0.1", "--blobPort", str(port),
             "--location", str(work / "data"), "--skipApiVersionCheck", "--loose",
             "--silent"]  # fmt: skip
-    with _running(argv, f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}?comp=list", work):
-        yield f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
+    scheme, context = "http", None
+    if oauth:
+        work.mkdir(parents=True, exist_ok=True)
+        cert, key = loopback_certificate(work)
+        argv += ["--oauth", "basic", "--cert", str(cert), "--key", str(key)]
+        scheme, context = "https", ssl.create_default_context(cafile=str(cert))
+    endpoint = f"{scheme}://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
+    with _running(argv, f"{endpoint}?comp=list", work, context=context):
+        yield endpoint

@@ -7,8 +7,9 @@ unused); each wraps a scheme's :class:`Store`:
 
 - ``file://`` :class:`FileStore` (rooted at ``--broker.file-root``),
 - ``s3://`` :class:`S3Store` (boto3, with Gazette's query arguments),
-- ``gs://`` ``gcs.GCSStore`` and ``azure://`` ``azure.AzureStore`` (extras ``gcs`` and
-  ``azure``; imported when first used).
+- ``gs://`` ``gcs.GCSStore`` (extra ``gcs``) and ``azure://`` / ``azure-ad://``
+  ``azure.AzureStore`` (extra ``azure``): modules imported when first used, so
+  that their client libraries load only where such a store is configured.
 
 Paths given to a store are fragment content paths relative to its root.
 Blocking client calls run in worker threads.

@@ -1,14 +1,16 @@
 """``gs://<bucket>/<prefix>/`` fragment stores through google-cloud-storage (Gazette
 `broker/stores/gcs/store.go`).
 
-Credentials are Google's application defaults. Signed GET URLs (V4) need a
-service-account key: the default credentials when they are one, else the key
-file named by ``GOOGLE_APPLICATION_CREDENTIALS``. Query arguments: ``find`` and
+Credentials are Google's application defaults, and as in Gazette they must be
+a service-account key (``GOOGLE_APPLICATION_CREDENTIALS``): signed GET URLs are
+made with it (V4; V2 past V4's one-week limit), and readers need them, so a
+store without one fails construction. Query arguments: ``find`` and
 ``replace`` only (unknown keys fail construction), as Gazette's.
 
 ``STORAGE_EMULATOR_HOST`` (Google's own variable, e.g. ``http://127.0.0.1:4443``)
 points the store at an emulator such as fake-gcs-server, with anonymous
-credentials; signed URLs then name the emulator too.
+credentials; a key file named by ``GOOGLE_APPLICATION_CREDENTIALS`` then only
+signs URLs (which name the emulator too), and without one sign_get fails.
 
 The client blocks, so every call runs in a worker thread. Objects written with
 a Content-Encoding (gzip offload) are read back raw: GCS would otherwise
@@ -25,8 +27,10 @@ import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any
 
+import google.auth
 from google.api_core import exceptions as gexc
 from google.auth import credentials as gcredentials
+from google.auth import exceptions as gauth_exceptions
 from google.cloud import storage
 from google.oauth2 import service_account
 
@@ -37,17 +41,32 @@ log = logging.getLogger(__name__)
 
 _OPTIONS = ("find", "replace")
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+_SCOPE_FULL_CONTROL = "https://www.googleapis.com/auth/devstorage.full_control"
+
+
+# V4 signatures may not outlive a week; Gazette signs V2 (no such limit), which
+# longer ListFragments signatureTTLs still get.
+_V4_MAX_TTL = 7 * 24 * 3600
 
 
 class GCSStore(base.Store):
+    """A ``gs://<bucket>/<prefix>/`` store; see the module docstring."""
+
     def __init__(self, url: str, config: base.StoresConfig) -> None:
         parts = urllib.parse.urlsplit(url)
         args = base.parse_query_args(parts, _OPTIONS)
         self._url = url
         self._bucket_name = parts.netloc
+        if not self._bucket_name:
+            raise errors.StoreConfigError(
+                f"gs:// store URL has no bucket ({url})", store=url, op="construct"
+            )
+        # Omit the leading slash: FragmentStore validation ensures the path ends in '/'.
         self._prefix = parts.path[1:]
         self._rewriter = base.Rewriter(args.get("find", ""), args.get("replace", ""))
         self._emulator = os.environ.get(EMULATOR_ENV, "")
+        # The service-account key that signs GET URLs (None: sign_get fails).
+        self._signer: service_account.Credentials | None = None
         try:
             if self._emulator:
                 client = storage.Client(
@@ -55,26 +74,33 @@ class GCSStore(base.Store):
                     credentials=gcredentials.AnonymousCredentials(),  # type: ignore[no-untyped-call]
                     client_options={"api_endpoint": self._emulator},
                 )
+                key_file = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS", "")
+                if key_file:
+                    self._signer = service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
+                        key_file
+                    )
             else:
-                client = storage.Client()
-        except Exception as e:
+                creds, project = google.auth.default(scopes=[_SCOPE_FULL_CONTROL])
+                # As Gazette: without a key no URL can be signed, and readers need them.
+                if not isinstance(creds, service_account.Credentials):
+                    raise ValueError(
+                        "use of GCS requires application default credentials that are "
+                        f"a service-account private key (found {type(creds).__name__})"
+                    )
+                self._signer = creds
+                client = storage.Client(project=project, credentials=creds)
+        except (gauth_exceptions.GoogleAuthError, OSError, ValueError) as e:
             raise errors.StoreConfigError(
                 f"constructing GCS client: {e}", store=url, op="construct"
             ) from e
         self._client: Any = client
         self._bucket: Any = client.bucket(self._bucket_name)
-        self._signer: Any = None
-        creds = getattr(client, "_credentials", None)
-        if isinstance(creds, service_account.Credentials):
-            self._signer = creds
-        elif os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
-            try:
-                self._signer = service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
-                    os.environ["GOOGLE_APPLICATION_CREDENTIALS"]
-                )
-            except (OSError, ValueError) as e:
-                log.warning("GCS store %s cannot sign URLs: %s", url, e)
-        log.info("constructed GCS client for %s (emulator %s)", url, self._emulator or "none")
+        log.info(
+            "constructed GCS client for %s (signer %s, emulator %s)",
+            url,
+            getattr(self._signer, "service_account_email", None),
+            self._emulator or "none",
+        )
 
     def _key(self, path: str) -> str:
         return self._rewriter.rewrite(self._prefix, path)
@@ -90,10 +116,11 @@ class GCSStore(base.Store):
         kwargs: dict[str, Any] = {}
         if self._emulator:
             kwargs["api_access_endpoint"] = self._emulator
+        seconds = max(1, int(ttl))
         try:
             url: str = self._bucket.blob(self._key(path)).generate_signed_url(
-                version="v4",
-                expiration=datetime.timedelta(seconds=max(1, int(ttl))),
+                version="v4" if seconds <= _V4_MAX_TTL else "v2",
+                expiration=datetime.timedelta(seconds=seconds),
                 method="GET",
                 credentials=self._signer,
                 **kwargs,

@@ -39,12 +39,13 @@ def _gcs(url: str, config: base.StoresConfig) -> base.Store:
 
 
 def _azure(url: str, config: base.StoresConfig) -> base.Store:
-    # Imported when first used: azure-storage-blob is an optional extra (azure).
+    # Imported when first used: azure-storage-blob (and, for azure-ad://, azure-identity)
+    # are an optional extra (azure).
     try:
         from gazette.broker.fragment.stores import azure
     except ImportError as e:
         raise errors.StoreConfigError(
-            f"azure:// stores need gazette-broker[azure] installed ({e})",
+            f"azure:// and azure-ad:// stores need gazette-broker[azure] installed ({e})",
             store=url,
             op="construct",
         ) from e
@@ -66,8 +67,9 @@ HEALTH_CHECK_TIMEOUT = 60.0
 class StoreRegistry:
     """Cache of :class:`active.ActiveStore` per FragmentStore URL.
 
-    ``providers`` maps URL schemes to constructors (default: file and s3; with
-    ``config.file_only`` every scheme is a file store rooted at ``file:///``).
+    ``providers`` maps URL schemes to constructors (default: file, s3, gs, azure and
+    azure-ad; with ``config.file_only`` every scheme is a file store rooted at
+    ``file:///``).
     ``jitter`` and ``sleep`` are injectable for tests of the health schedule.
     """
 
