@@ -148,7 +148,7 @@ def start_operator(
 ) -> Iterator[Callable[..., Operator]]:
     started: list[Operator] = []
 
-    def start(*namespaces: str, cluster: str = "e2e", resync: float = 1.0) -> Operator:
+    def start(*namespaces: str, cluster: str = "e2e") -> Operator:
         port = etcd_testing.free_port()
         log = tmp_path / f"operator-{len(started)}.log"
         args = [
@@ -159,7 +159,6 @@ def start_operator(
             f"--etcd.prefix={etcd_roots[0]}",
             f"--consumers.prefix={etcd_roots[1]}",
             f"--cluster={cluster}",
-            f"--resync-interval={resync}",
             "--retry-delay=1",
             f"--liveness=http://127.0.0.1:{port}/healthz",
             *(f"--namespace={ns}" for ns in namespaces),

@@ -187,21 +187,24 @@ async def test_apply_get_edit_delete_as_a_user_would(
     # `kubectl get journals -l topic=logs` lists exactly those, Ready.
     table = await kube.kubectl_async("get", "journals", "-n", namespace, "-l", "topic=logs")
     lines = table.stdout.strip().splitlines()
-    assert lines[0].split() == ["NAME", "NAME", "REPLICATION", "CODEC", "READY", "AGE"]
-    rows = sorted(line.split()[:5] for line in lines[1:])
+    assert lines[0].split() == [
+        "NAME", "JOURNAL", "CLUSTER", "REPLICATION", "CODEC", "READY", "AGE"
+    ]  # fmt: skip
+    rows = sorted(line.split()[:6] for line in lines[1:])
     assert rows == [
-        ["logs-a", "logs/app/a", "2", "GZIP", "True"],
-        ["logs-b", "logs/app/b", "2", "GZIP", "True"],
+        ["logs-a", "logs/app/a", "e2e", "2", "GZIP", "True"],
+        ["logs-b", "logs/app/b", "e2e", "2", "GZIP", "True"],
     ]
     # Short name, category, wide columns.
     wide = await kube.kubectl_async("get", "gj", "-n", namespace, "-o", "wide")
     assert "file:///var/fragments/" in wide.stdout
     assert "Applied" in wide.stdout
     shard_table = await kube.kubectl_async("get", "gs", "-n", namespace, "--no-headers")
-    # Name, Consumer, Primary and Status (empty: no consumer runs), Standbys, Ready.
-    assert sorted(line.split()[:5] for line in shard_table.stdout.strip().splitlines()) == [
-        ["counter-0", "counter/shard-000", "counter", "0", "False"],
-        ["counter-1", "counter/shard-001", "counter", "0", "False"],
+    # Name, Shard, Cluster, Consumer, Primary and Status (empty: no consumer runs),
+    # Standbys, Ready.
+    assert sorted(line.split()[:6] for line in shard_table.stdout.strip().splitlines()) == [
+        ["counter-0", "counter/shard-000", "e2e", "counter", "0", "False"],
+        ["counter-1", "counter/shard-001", "e2e", "counter", "0", "False"],
     ]
     everything = await kube.kubectl_async("get", "gazette", "-n", namespace, "-o", "name")
     assert len(everything.stdout.split()) == 5
@@ -331,7 +334,8 @@ async def test_conflicts_pause_unmanage_and_out_of_band_edits(
     owned = journal_pb("shared/journal", topic="t").SerializeToString()
     assert await etcd_value(etcd_client, key) == owned
 
-    # An edit made in etcd behind the operator's back is undone by the periodic pass.
+    # An edit made in etcd behind the operator's back is undone: the operator watches the
+    # prefix (one watch, no per-object timer).
     await etcd_client.put(
         key.encode(), journal_pb("shared/journal", topic="t", replication=5).SerializeToString()
     )
@@ -340,6 +344,15 @@ async def test_conflicts_pause_unmanage_and_out_of_band_edits(
         return await etcd_value(etcd_client, key) == owned
 
     await kubeapi.eventually(restored, within=30, what="the out-of-band edit undone")
+
+    async def told() -> bool:
+        out = await kube.kubectl_async("get", "events", "-n", first_ns, "-o", "json")
+        return any(
+            (e["involvedObject"]["name"], e["type"], e["reason"]) == ("owner", "Normal", "Restored")
+            for e in json.loads(out.stdout)["items"]
+        )
+
+    await kubeapi.eventually(told, within=30, what="a Restored event on the owner")
 
     # Paused: edits stay out of etcd, and the status says so.
     await kube.kubectl_async(
@@ -356,7 +369,7 @@ async def test_conflicts_pause_unmanage_and_out_of_band_edits(
     four = journal_pb("shared/journal", topic="t", replication=4).SerializeToString()
     assert await etcd_value(etcd_client, key) == four
 
-    # The owner goes (Retain): the rival takes the name over on its next pass.
+    # The owner goes (Retain): the rival takes the name over.
     await kube.kubectl_async("delete", "journal", "owner", "-n", first_ns)
     await wait_ready(kube, second_ns, "journals", {"rival": ("True", "Applied")})
     one = journal_pb("shared/journal", topic="t", replication=1).SerializeToString()

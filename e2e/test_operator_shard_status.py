@@ -1,7 +1,7 @@
 """A Shard's status from its replicas in etcd, against a real kube-apiserver and etcd.
 
 The operator (``python -m gazette.operator``) follows each consumer application's
-assignments with one etcd watch and writes each Shard object's ``status``: primary,
+assignments with one etcd watch (no per-object timer) and writes each Shard object's ``status``: primary,
 standbys, route, replicas and the Ready condition. Assignments are written here as
 the consumer runtime writes them (keys of :func:`gazette.allocator.assignment_key`,
 serialized ``ReplicaStatus`` values, checked with the runtime's own decoder), and
@@ -213,24 +213,25 @@ async def test_shard_status_shows_primary_standbys_and_ready_from_etcd(
         table = await kube.kubectl_async("get", "shards", "-n", namespace, "-l", "app=word-count")
         lines = table.stdout.strip().splitlines()
         assert lines[0].split() == [
-            "NAME", "NAME", "CONSUMER", "PRIMARY", "STATUS", "STANDBYS", "READY", "AGE",
+            "NAME", "SHARD", "CLUSTER", "CONSUMER", "PRIMARY", "STATUS", "STANDBYS", "READY",
+            "AGE",
         ]  # fmt: skip
         rows = {line.split()[0]: line.split() for line in lines[1:]}
         assert sorted(rows) == ["wc-0", "wc-1"], table.stdout
-        assert rows["wc-0"][:7] == [
-            "wc-0", "word-count/part-000", "word-count", "zone-a/consumer-1", "PRIMARY", "1",
-            "True",
+        assert rows["wc-0"][:8] == [
+            "wc-0", "word-count/part-000", "e2e", "word-count", "zone-a/consumer-1", "PRIMARY",
+            "1", "True",
         ], table.stdout  # fmt: skip
         # No primary: an empty cell.
-        assert rows["wc-1"][:6] == [
-            "wc-1", "word-count/part-001", "word-count", "STANDBY", "1", "False",
+        assert rows["wc-1"][:7] == [
+            "wc-1", "word-count/part-001", "e2e", "word-count", "STANDBY", "1", "False",
         ], table.stdout  # fmt: skip
 
         # Settled: no more writes (status patches are not made when unchanged, and they
         # trigger no reconcile: the spec's revision and generation stay).
         version = got["wc-0"]["metadata"]["resourceVersion"]
         revision = got["wc-0"]["status"]["modRevision"]
-        await asyncio.sleep(5)  # > 2 status intervals, 5 resyncs
+        await asyncio.sleep(5)  # > 2 status intervals
         again = await get_shards(kube, namespace)
         assert again["wc-0"]["metadata"]["resourceVersion"] == version
         assert again["wc-0"]["status"]["modRevision"] == revision

@@ -14,6 +14,8 @@ def test_flags() -> None:
             "--cluster=blue",
             "--namespace=one",
             "--namespace=two",
+            "--shard-status-interval=5",
+            # Accepted and ignored: a watch, not a timer, catches out-of-band edits.
             "--resync-interval=5",
         ],
         environ={},
@@ -21,7 +23,8 @@ def test_flags() -> None:
     assert cfg.etcd_address == "http://127.0.0.1:2399"
     assert cfg.namespaces == ("one", "two")
     assert cfg.handlers.cluster == "blue"
-    assert cfg.handlers.resync_interval == 5
+    assert cfg.handlers.status_interval == 5
+    assert not hasattr(cfg.handlers, "resync_interval")
     assert cfg.handlers.reconcile.broker_root == "/a/cluster"
     assert cfg.handlers.reconcile.consumers_root == "/a/consumers"
 
@@ -41,7 +44,8 @@ def test_environment_defaults() -> None:
         ["--all-namespaces", "--namespace=a"],
         ["--all-namespaces", "--etcd.prefix=/trailing/"],
         ["--all-namespaces", "--consumers.prefix=relative"],
-        ["--all-namespaces", "--resync-interval=0"],
+        ["--all-namespaces", "--retry-delay=0"],
+        ["--all-namespaces", "--shard-status-interval=0"],
     ],
 )
 def test_bad_flags_exit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from gazette.operator import crd, crds
@@ -44,8 +45,69 @@ def test_names_and_columns() -> None:
         assert version(doc)["subresources"] == {"status": {}}
         assert yaml.safe_load(crd.render()[f"{names['plural']}.gazette.dev.yaml"]) == doc
     columns = {c["name"]: c for c in version(crd.journal_crd())["additionalPrinterColumns"]}
-    assert list(columns)[:5] == ["Name", "Replication", "Codec", "Ready", "Age"]
+    # kubectl prints the object's NAME itself: the journal name is JOURNAL, not a 2nd NAME.
+    assert [n for n, c in columns.items() if not c.get("priority")] == [
+        "Journal",
+        "Cluster",
+        "Replication",
+        "Codec",
+        "Ready",
+        "Age",
+    ]
     assert columns["Store"]["priority"] == 1
+    assert columns["Cluster"]["jsonPath"] == ".metadata.labels.gazette\\.dev/cluster"
+    assert columns["DeletionPolicy"] == {
+        "name": "DeletionPolicy",
+        "type": "string",
+        "priority": 1,
+        "description": "Retain (the default: no finalizer) or Delete (the spec leaves etcd).",
+        "jsonPath": ".spec.deletionPolicy",
+    }
+    shard_columns = [c["name"] for c in version(crd.shard_crd())["additionalPrinterColumns"]]
+    assert shard_columns[:3] == ["Shard", "Cluster", "Consumer"]
+    assert "Name" not in shard_columns
+    assert "DeletionPolicy" in shard_columns
+
+
+def test_name_is_a_selectable_field() -> None:
+    for doc in (crd.journal_crd(), crd.shard_crd()):
+        assert version(doc)["selectableFields"] == [{"jsonPath": ".spec.name"}]
+
+
+def test_conditions_require_reason_message_and_transition_time() -> None:
+    for doc in (crd.journal_crd(), crd.shard_crd()):
+        status = version(doc)["schema"]["openAPIV3Schema"]["properties"]["status"]
+        item = status["properties"]["conditions"]["items"]
+        assert item["required"] == ["type", "status", "reason", "message", "lastTransitionTime"]
+        assert item["properties"]["reason"]["minLength"] == 1
+
+
+def test_retain_is_the_documented_default() -> None:
+    spec = version(crd.journal_crd())["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    policy = spec["properties"]["deletionPolicy"]
+    assert policy["default"] == "Retain"
+    assert "no finalizer" in policy["description"]
+
+
+@pytest.mark.parametrize(
+    ("label", "reserved"),
+    [
+        ("topic", False),
+        ("example.com/team", False),
+        ("app.gazette.dev/message-type", True),
+        ("gazette.dev/cluster", True),
+        ("kubernetes.io/metadata.name", True),
+        ("app.kubernetes.io/name", True),
+        ("kubectl.kubernetes.io/last-applied-configuration", True),
+        ("k8s.io/x", True),
+        ("node-role.k8s.io/control", True),
+        ("kwok.x-k8s.io/node", True),
+        ("notkubernetes.io/x", False),
+        ("kubernetes.io.example.com/x", False),
+    ],
+)
+def test_reserved_label_domains(label: str, reserved: bool) -> None:
+    assert crd.is_reserved_label(label) is reserved
 
 
 def test_schema_carries_gazette_limits() -> None:

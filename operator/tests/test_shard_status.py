@@ -1,18 +1,16 @@
-"""A Shard's status from its replicas in etcd: pure computation, and the status timer's handler."""
+"""A Shard's status from its replicas in etcd: pure computation (the controller applies it)."""
 
 from __future__ import annotations
 
 import datetime
-import logging
 from typing import Any
 
-import kopf
 from operator_objects import SHARD_SPEC, shard
 
 from gazette import allocator, keyspace
 from gazette.broker import protocol as pb
 from gazette.consumer import protocol as pc
-from gazette.operator import assignments, config, crd, handlers, reconcile, status, testing
+from gazette.operator import assignments, config, handlers, reconcile, status, testing
 
 T0 = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
 T1 = T0 + datetime.timedelta(minutes=1)
@@ -186,51 +184,6 @@ def test_reconcile_sets_applied_and_keeps_ready_in_place() -> None:
     assert new["conditions"][0] == served["conditions"][0]
 
 
-class Views:
-    """AssignmentViews as the handler reads them: (prefix, shard id) -> replicas."""
-
-    def __init__(self, replicas: dict[tuple[str, str], list[status.Replica]] | None) -> None:
-        self.by_shard = replicas
-        self.asked: list[tuple[str, str]] = []
-
-    def replicas(self, prefix: str, shard_id: str) -> list[status.Replica] | None:
-        self.asked.append((prefix, shard_id))
-        if self.by_shard is None:
-            return None
-        return self.by_shard.get((prefix, shard_id), [])
-
-
-def test_status_timer_patches_only_changes() -> None:
-    views = Views({(PREFIX, SHARD_ID): [primary(), standby()]})
-    patch: dict[str, Any] = {}
-    body = applied()
-    got = handlers.on_shard_status(body, patch, CONFIG, views, clock=lambda: T0)  # type: ignore[arg-type]
-    assert got is not None
-    assert views.asked == [(PREFIX, SHARD_ID)]
-    assert patch["status"]["primary"] == "a/c1"
-    assert patch["status"]["standbyCount"] == 1
-    again: dict[str, Any] = {}
-    body = with_status(body, patch["status"])
-    assert handlers.on_shard_status(body, again, CONFIG, views, clock=lambda: T1) is None  # type: ignore[arg-type]
-    assert again == {}
-
-
-def test_status_timer_waits_for_the_first_load() -> None:
-    patch: dict[str, Any] = {}
-    assert handlers.on_shard_status(applied(), patch, CONFIG, Views(None), clock=lambda: T0) is None  # type: ignore[arg-type]
-    assert patch == {}
-
-
-def test_status_timer_of_a_shard_naming_no_key() -> None:
-    # No consumer label: the reconcile said InvalidSpec; Ready says so too.
-    body = applied("InvalidSpec", ok=False, labels={})
-    views = Views({})
-    patch: dict[str, Any] = {}
-    handlers.on_shard_status(body, patch, CONFIG, views, clock=lambda: T0)  # type: ignore[arg-type]
-    assert views.asked == []
-    assert ready(patch["status"]) == ("False", "InvalidSpec")
-
-
 async def test_reconcile_of_a_shard_writes_the_applied_condition() -> None:
     store = testing.MemorySpecStore()
     for source in SHARD_SPEC["sources"]:
@@ -266,33 +219,6 @@ def test_replicas_of_decoded_assignments() -> None:
         status.Replica("a", "c1", 0, Code.FAILED, ("boom",)),
         status.Replica("b", "c2", 1, Code.IDLE),
     ]
-
-
-def test_registry_has_the_status_timer_only_with_views() -> None:
-    def timers(registry: kopf.OperatorRegistry) -> list[str]:
-        return sorted(
-            str(h.id)
-            for h in registry._spawning.get_all_handlers()
-            if getattr(h, "interval", None) is not None
-        )
-
-    store = testing.MemorySpecStore()
-    plain = handlers.build_registry(CONFIG, store)
-    views = assignments.AssignmentViews(client=None)  # type: ignore[arg-type]
-    with_views = handlers.build_registry(CONFIG, store, views=views)
-    assert handlers.STATUS_TIMER not in timers(plain)
-    assert handlers.STATUS_TIMER in timers(with_views)
-    assert crd.SHARD.plural == "shards"
-
-
-def test_quiet_status_timer_drops_only_its_success_lines() -> None:
-    quiet = handlers.QuietStatusTimer()
-
-    def record(msg: str) -> logging.LogRecord:
-        return logging.LogRecord("kopf.objects", logging.INFO, __file__, 1, msg, (), None)
-
-    assert not quiet.filter(record("Timer 'status_shard' succeeded."))
-    assert quiet.filter(record("Timer 'resync_shard' succeeded."))
 
 
 def test_status_interval_flag() -> None:

@@ -12,23 +12,39 @@ Modules:
 
 * :mod:`.crd` — the CustomResourceDefinitions, the one source of ``crds/*.yaml``
   (``make crds``), and the label, annotation and finalizer names.
-* :mod:`.mapping` — pure conversion between an object's ``spec`` and
+* :mod:`.mapping` — pure conversion between an object's ``spec`` and labels and
   ``pb.JournalSpec`` / ``pc.ShardSpec``.
 * :mod:`.reconcile` — the rules (validation, ownership of names, checked writes,
   deletion policy, pausing), as plain async functions over a :class:`SpecStore`.
 * :mod:`.status` — the ``status``: the reconcile outcome (Ready on Journals, Applied on
   Shards, observedGeneration, modRevision) and a Shard's replicas (primary, standbys,
   route, replicas, and Ready: a primary serves it).
-* :mod:`.assignments` — the shards' replicas as consumers report them in etcd, one
-  watch per consumer application's prefix.
-* :mod:`.handlers` — kopf handlers binding events, timers and indexes to the above.
-* :mod:`.store` — the etcd SpecStore; :mod:`.testing` — an in-memory one for tests.
+* :mod:`.events` — which outcomes are posted as Kubernetes Events (Warning on
+  InvalidSpec, ResourceConflict, EtcdError, NoCluster; Normal on Applied).
+* :mod:`.mirrors` — etcd prefixes mirrored with one watch each, telling which keys
+  changed; :mod:`.assignments` — the shards' replicas, one watch per consumer
+  application's prefix.
+* :mod:`.controller` — what the watches call for: specs edited out of band in etcd put
+  back, names taken over when their owner goes, Shard status; no per-object timers.
+* :mod:`.kube` — the operator's own status patches and Events, outside kopf's handlers.
+* :mod:`.handlers` — kopf handlers binding events and indexes to the above.
+* :mod:`.store` — the etcd SpecStore; :mod:`.testing` — in-memory etcd and API server
+  stand-ins for tests.
 * :mod:`.config`, :mod:`.runner` — ``python -m gazette.operator`` and its flags.
 
 Objects carry ``gazette.dev/cluster=<cluster>`` (Shards also
-``gazette.dev/consumer=<app>``); ``gazette.dev/paused: "true"`` keeps the operator
-from writing, ``gazette.dev/unmanaged: "true"`` makes it ignore the object;
-``spec.deletionPolicy`` is ``Retain`` (default) or ``Delete``.
+``gazette.dev/consumer=<app>``); one without it gets the condition ``NoCluster``.
+``gazette.dev/paused: "true"`` keeps the operator from writing,
+``gazette.dev/unmanaged: "true"`` makes it ignore the object; ``spec.deletionPolicy``
+is ``Retain`` (default: no finalizer, so deletions never wait for the operator) or
+``Delete`` (a finalizer holds the object until its spec left etcd).
+
+An object's ``metadata.labels`` outside the domains Kubernetes and the operator
+reserve are its Gazette labels, so ``kubectl get journals -l topic=logs`` lists what
+``gazctl journals list -l topic=logs`` lists; ``spec.labels`` adds what Kubernetes
+labels cannot say (several values of a name, values such as
+``application/x-ndjson``). ``kubectl get journals --field-selector
+spec.name=examples/logs/web`` finds a journal by name.
 
 ``kubectl get shards -l app=word-count`` shows each shard's primary, its status
 reduced over its replicas, its standbys and whether it is Ready (served by a primary).
@@ -53,15 +69,24 @@ from __future__ import annotations
 from gazette.operator import (
     assignments,
     config,
+    controller,
     crd,
     errors,
+    events,
     handlers,
+    kube,
     mapping,
+    mirrors,
     reconcile,
     status,
     store,
 )
-from gazette.operator.errors import InvalidSpecError, OperatorError, SpecStoreError
+from gazette.operator.errors import (
+    InvalidSpecError,
+    KubeAPIError,
+    OperatorError,
+    SpecStoreError,
+)
 from gazette.operator.reconcile import (
     JOURNALS,
     SHARDS,
@@ -75,6 +100,7 @@ __all__ = [
     "JOURNALS",
     "SHARDS",
     "InvalidSpecError",
+    "KubeAPIError",
     "OperatorError",
     "Outcome",
     "Reason",
@@ -83,10 +109,14 @@ __all__ = [
     "SpecStoreError",
     "assignments",
     "config",
+    "controller",
     "crd",
     "errors",
+    "events",
     "handlers",
+    "kube",
     "mapping",
+    "mirrors",
     "reconcile",
     "status",
     "store",

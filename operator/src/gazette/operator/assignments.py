@@ -13,12 +13,10 @@ someone asks for it (:meth:`AssignmentViews.replicas` returns None until its fir
 load), for as long as :meth:`AssignmentViews.run` runs (applications come and go
 rarely: the watch of one whose Shards are all gone stays until the operator restarts).
 
-Failures are survived as the KeySpace's own watch survives them, plus what it
-leaves to its owner: a watch that loses etcd restarts with back-off inside
-:meth:`KeySpace.watch`; a compacted resume revision
-(:class:`~gazette.keyspace.errors.WatchCompactedError`), an inconsistent update or
-any other etcd error reloads the prefix (back-off between failed loads), keeping
-the last mirror meanwhile, so a Shard's status holds still while etcd is away.
+Failures are survived as :class:`gazette.operator.mirrors.Mirrors` survives them
+(the last mirror is kept meanwhile), so a Shard's status holds still while etcd is
+away. Listeners of the mirrors hear which assignment keys changed;
+:func:`shard_of_assignment` tells whose they are.
 
 Usage::
 
@@ -31,7 +29,6 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -40,28 +37,25 @@ import aetcd.exceptions
 
 from gazette import allocator, keyspace
 from gazette.consumer import protocol as pc
+from gazette.operator import mirrors as mirrors_
 from gazette.operator import status
+from gazette.operator.mirrors import ViewConfig
 
-__all__ = ["AssignmentDecoder", "AssignmentViews", "ViewConfig", "replicas_of"]
+__all__ = [
+    "AssignmentDecoder",
+    "AssignmentViews",
+    "ViewConfig",
+    "replicas_of",
+    "shard_of_assignment",
+]
 
 logger = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
 
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ViewConfig:
-    """Tunables of the assignment watches.
-
-    ``keyspace``: the KeySpace's (``watch_delay`` batches bursts of assignment
-    changes, as a consumer's own mirror does). ``reload_backoff``: seconds before the
-    n-th consecutive reload after a failure (the last entry repeats).
-    """
-
-    keyspace: keyspace.KeySpaceConfig = dataclasses.field(
-        default_factory=lambda: keyspace.KeySpaceConfig(watch_delay=0.1)
-    )
-    reload_backoff: tuple[float, ...] = (0.0, 0.5, 1.0, 2.0, 5.0)
+# Gazette's layout of an allocator keyspace (gazette.allocator.keys).
+_ASSIGN = "/assign/"
+_SEP = "#"
 
 
 class AssignmentDecoder:
@@ -101,18 +95,27 @@ def replicas_of(kvs: Sequence[keyspace.KeyValue]) -> list[status.Replica]:
     return out
 
 
-class _View:
-    """The mirror of one application's assignments."""
+def _assign_root(prefix: str) -> str:
+    return prefix + _ASSIGN.rstrip("/")
 
-    def __init__(self, prefix: str, config: ViewConfig) -> None:
-        self.prefix = prefix
-        decode = allocator.key_value_decoder(prefix, AssignmentDecoder())
-        self.ks = keyspace.KeySpace(prefix + "/assign", decode, config.keyspace)
-        self.loaded = False
+
+def shard_of_assignment(prefix: str, key: str) -> str | None:
+    """The shard id of assignment key ``key`` of the application at ``prefix``, if it is one."""
+    start = prefix + _ASSIGN
+    if not key.startswith(start):
+        return None
+    shard_id, sep, _ = key[len(start) :].rpartition(_SEP)  # ...#zone#suffix#slot
+    for _ in range(2):
+        shard_id, sep, _ = shard_id.rpartition(_SEP)
+    return shard_id if sep and shard_id else None
 
 
 class AssignmentViews:
-    """Mirrors of the assignments of every application asked about, one watch each."""
+    """Mirrors of the assignments of every application asked about, one watch each.
+
+    Built on :class:`gazette.operator.mirrors.Mirrors` (its own, or ``mirrors`` shared
+    with the operator's other watches; then whoever owns it runs it).
+    """
 
     def __init__(
         self,
@@ -120,12 +123,21 @@ class AssignmentViews:
         config: ViewConfig | None = None,
         *,
         sleep: Sleep = asyncio.sleep,
+        mirrors: mirrors_.Mirrors | None = None,
     ) -> None:
-        self._client = client
-        self._config = config or ViewConfig()
-        self._sleep = sleep
-        self._views: dict[str, _View] = {}
-        self._requests: asyncio.Queue[_View] = asyncio.Queue()
+        self.mirrors = mirrors or mirrors_.Mirrors(client, config, sleep=sleep)
+
+    def follow(self, prefix: str) -> mirrors_.Mirror:
+        """The assignments mirror of the application at ``prefix``, followed from now on."""
+        return self.mirrors.follow(
+            _assign_root(prefix), allocator.key_value_decoder(prefix, AssignmentDecoder())
+        )
+
+    @staticmethod
+    def prefix_of(root: str) -> str | None:
+        """The application prefix whose assignments mirror has root ``root``, if it is one."""
+        suffix = _ASSIGN.rstrip("/")
+        return root[: -len(suffix)] if root.endswith(suffix) else None
 
     def replicas(self, prefix: str, shard_id: str) -> list[status.Replica] | None:
         """The replicas of shard ``shard_id`` of the application at ``prefix``.
@@ -133,48 +145,15 @@ class AssignmentViews:
         None until the prefix's assignments were loaded once (the first call starts
         following it). Never blocks: the answer is the mirror's.
         """
-        view = self._views.get(prefix)
-        if view is None:
-            view = self._views[prefix] = _View(prefix, self._config)
-            self._requests.put_nowait(view)
+        view = self.follow(prefix)
         if not view.loaded:
             return None
         try:
             start = allocator.item_assignments_prefix(prefix, shard_id)
         except ValueError:
             return []  # An id no shard can have (its object is InvalidSpec): no replicas.
-        return replicas_of(view.ks.prefixed(start))
+        return replicas_of(view.prefixed(start))
 
     async def run(self) -> None:
         """Follow every prefix asked about, until cancelled."""
-        async with asyncio.TaskGroup() as tg:
-            while True:
-                view = await self._requests.get()
-                logger.info("following the assignments of %s", view.prefix)
-                tg.create_task(self._follow(view), name=f"assignments:{view.prefix}")
-
-    async def _follow(self, view: _View) -> None:
-        failures = 0
-        while True:
-            try:
-                await view.ks.load(self._client)
-                view.loaded = True
-                failures = 0
-                await view.ks.watch(self._client)
-            except keyspace.errors.WatchCompactedError as e:
-                # Our resume revision is gone: read the prefix afresh (Gazette's consumers
-                # would exit; the operator has nothing to lose by reloading).
-                logger.warning("assignments of %s: %s; reloading", view.prefix, e)
-            except (keyspace.errors.KeySpaceError, aetcd.exceptions.ClientError) as e:
-                delay = self._config.reload_backoff[
-                    min(failures, len(self._config.reload_backoff) - 1)
-                ]
-                failures += 1
-                logger.warning(
-                    "assignments of %s: %s (reloading in %.1fs; attempt %d)",
-                    view.prefix,
-                    e,
-                    delay,
-                    failures,
-                )
-                await self._sleep(delay)
+        await self.mirrors.run()

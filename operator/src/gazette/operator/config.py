@@ -83,19 +83,14 @@ def parse_args(
     p.add_argument(
         "--all-namespaces", action="store_true", help="serve every namespace (cluster-wide)"
     )
-    p.add_argument(
-        "--resync-interval",
-        type=float,
-        default=float(env.get("RESYNC_INTERVAL", "60")),
-        help="seconds between periodic passes restoring specs edited in etcd "
-        "(env RESYNC_INTERVAL; default %(default)s)",
-    )
+    # Deprecated and ignored: out-of-band etcd edits are caught by a watch, not a timer.
+    p.add_argument("--resync-interval", type=float, default=None, help=argparse.SUPPRESS)
     p.add_argument(
         "--shard-status-interval",
         type=float,
         default=float(env.get("SHARD_STATUS_INTERVAL", "2")),
-        help="seconds between looks at each Shard's replicas in etcd; a Shard's status "
-        "(primary, standbys, Ready) is written at most this often "
+        help="a Shard's status (primary, standbys, Ready), which follows its replicas in "
+        "etcd through one watch per application, is written at most this often "
         "(env SHARD_STATUS_INTERVAL; default %(default)s)",
     )
     p.add_argument(
@@ -126,8 +121,8 @@ def parse_args(
         namespaces = [ns for ns in env.get("WATCH_NAMESPACES", "").split(",") if ns]
     if args.all_namespaces == bool(namespaces):
         p.error("give either --all-namespaces or --namespace (or $WATCH_NAMESPACES)")
-    if args.resync_interval <= 0 or args.retry_delay <= 0 or args.shard_status_interval <= 0:
-        p.error("--resync-interval, --retry-delay and --shard-status-interval must be positive")
+    if args.retry_delay <= 0 or args.shard_status_interval <= 0:
+        p.error("--retry-delay and --shard-status-interval must be positive")
     return OperatorConfig(
         etcd_address=args.etcd_address,
         handlers=handlers.HandlerConfig(
@@ -135,7 +130,6 @@ def parse_args(
                 broker_root=broker_root, consumers_root=consumers_root
             ),
             cluster=args.cluster,
-            resync_interval=args.resync_interval,
             retry_delay=args.retry_delay,
             status_interval=args.shard_status_interval,
         ),

@@ -12,6 +12,14 @@ the operator, which then reports the object ``InvalidSpec``.
 Field names are the camelCase of the protobuf fields, with two exceptions: ``spec.name``
 holds the Gazette name of both kinds (a Shard's ``ShardSpec.id``), and durations are Go
 duration strings (``30s``, ``1m0s``, ``720h``) as gazctl's YAML writes them.
+
+Labels: an object's ``metadata.labels`` are its journal's (shard's) Gazette labels, so
+that ``kubectl get journals -l topic=logs`` selects what ``gazctl journals list -l
+topic=logs`` lists; labels of the domains Kubernetes and the operator reserve
+(:data:`RESERVED_LABEL_DOMAINS`) are not. ``spec.labels`` carries what Kubernetes labels
+cannot say: several values of one name, or a value Kubernetes refuses
+(``content-type: application/x-ndjson``). ``spec.name`` is a selectable field:
+``kubectl get journals --field-selector spec.name=examples/logs/web``.
 """
 
 from __future__ import annotations
@@ -30,10 +38,12 @@ __all__ = [
     "JOURNAL",
     "LAST_HANDLED_FIELD",
     "PAUSED_ANNOTATION",
+    "RESERVED_LABEL_DOMAINS",
     "SHARD",
     "UNMANAGED_ANNOTATION",
     "VERSION",
     "Kind",
+    "is_reserved_label",
     "journal_crd",
     "render",
     "shard_crd",
@@ -55,6 +65,24 @@ LAST_HANDLED_FIELD = "lastHandledConfiguration"
 """The field of ``status`` where kopf keeps what it last handled (its "diff base")."""
 FINALIZER = "gazette.dev/delete-spec"
 """Held only by objects with ``deletionPolicy: Delete``, until their spec left etcd."""
+
+RESERVED_LABEL_DOMAINS = ("kubernetes.io", "k8s.io", "x-k8s.io", GROUP)
+"""Label prefixes (with their subdomains) whose labels are not Gazette labels.
+
+Kubernetes reserves ``kubernetes.io/`` and ``k8s.io/`` for its core components
+(``app.kubernetes.io/name``, ``kubectl.kubernetes.io/...``); its SIG projects label under
+``x-k8s.io/`` (Cluster API, kwok, Gateway API); ``gazette.dev/`` is the operator's own
+(``gazette.dev/cluster``, ``gazette.dev/consumer``).
+"""
+
+
+def is_reserved_label(name: str) -> bool:
+    """Whether the Kubernetes label ``name`` is of a reserved domain (not a Gazette label)."""
+    domain, slash, _ = name.rpartition("/")
+    if not slash:
+        return False
+    domain = domain.lower()
+    return any(domain == d or domain.endswith("." + d) for d in RESERVED_LABEL_DOMAINS)
 
 
 class Kind:
@@ -88,6 +116,12 @@ _CLEAN_RELATIVE_PATH = [
         "message": "must be a clean path",
     },
 ]
+# metav1.Condition's own patterns (k8s.io/apimachinery/pkg/apis/meta/v1/types.go).
+_CONDITION_TYPE = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+_CONDITION_REASON = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 # The codecs by name, in the order of the protobuf enum (INVALID=0 is not writable).
 CODECS = ("NONE", "GZIP", "ZSTANDARD", "SNAPPY", "GZIP_OFFLOAD_DECOMPRESSION")
 FLAGS = ("O_RDONLY", "O_WRONLY", "O_RDWR")
@@ -129,12 +163,16 @@ def _name_field(description: str, *, journal: bool) -> dict[str, Any]:
     }
 
 
-def _labels(reserved: str) -> dict[str, Any]:
+def _labels(reserved: str, what: str) -> dict[str, Any]:
     return {
         "type": "array",
         "description": (
-            "Gazette labels. A name may carry several values; the operator sorts them. "
-            f"The meta-label {reserved!r} is reserved."
+            f"Gazette labels of the {what} that metadata.labels cannot carry: several values "
+            "of one name, or a value Kubernetes refuses (content-type: application/x-ndjson). "
+            f"The {what}'s labels are these plus metadata.labels outside the reserved "
+            "prefixes kubernetes.io/, k8s.io/, x-k8s.io/ and gazette.dev/ (and their "
+            "subdomains); a name in both must list the metadata value among its values here. "
+            f"The operator sorts them. The meta-label {reserved!r} is reserved."
         ),
         "maxItems": MAX_LABELS,
         "x-kubernetes-list-type": "map",
@@ -171,8 +209,10 @@ def _deletion_policy() -> dict[str, Any]:
     return {
         "type": "string",
         "description": (
-            "What deleting this object does to the spec in etcd: Retain (the default) "
-            "leaves it; Delete removes it first, holding a finalizer until it is gone."
+            "What deleting this object does to the spec in etcd. Retain (the default) "
+            "leaves the spec in etcd and puts no finalizer on the object, so deleting it "
+            "(or its namespace) never waits for the operator. Delete removes the spec "
+            "first, holding the finalizer gazette.dev/delete-spec until it is gone."
         ),
         "enum": ["Retain", "Delete"],
         "default": "Retain",
@@ -264,17 +304,31 @@ def _status(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
             },
             "conditions": {
                 "type": "array",
+                "description": "Conditions as Kubernetes' metav1.Condition has them.",
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["type"],
                 "items": {
                     "type": "object",
-                    "required": ["type", "status"],
+                    "required": ["type", "status", "reason", "message", "lastTransitionTime"],
                     "properties": {
-                        "type": {"type": "string", "maxLength": 316},
+                        "type": {
+                            "type": "string",
+                            "maxLength": 316,
+                            "pattern": _CONDITION_TYPE,
+                        },
                         "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
-                        "reason": {"type": "string", "maxLength": 1024},
+                        "reason": {
+                            "type": "string",
+                            "minLength": 1,
+                            "maxLength": 1024,
+                            "pattern": _CONDITION_REASON,
+                        },
                         "message": {"type": "string", "maxLength": 32768},
-                        "observedGeneration": {"type": "integer", "format": "int64"},
+                        "observedGeneration": {
+                            "type": "integer",
+                            "format": "int64",
+                            "minimum": 0,
+                        },
                         "lastTransitionTime": {"type": "string", "format": "date-time"},
                     },
                 },
@@ -376,7 +430,7 @@ def _journal_spec_schema() -> dict[str, Any]:
                 "maximum": 5,
                 "description": "Desired number of broker replicas.",
             },
-            "labels": _labels("name"),
+            "labels": _labels("name", "journal"),
             "fragment": fragment,
             "flags": {
                 "type": "string",
@@ -472,7 +526,7 @@ def _shard_spec_schema() -> dict[str, Any]:
                 "maximum": _UINT32_MAX,
                 "description": "Warm standby replicas (capped by the consumers' flag).",
             },
-            "labels": _labels("id"),
+            "labels": _labels("id", "shard"),
             "disableWaitForAck": {"type": "boolean"},
             "ringBufferSize": {
                 "type": "integer",
@@ -515,6 +569,25 @@ def _ready_column() -> dict[str, Any]:
     }
 
 
+def _cluster_column() -> dict[str, Any]:
+    return {
+        "name": "Cluster",
+        "type": "string",
+        "description": "The Gazette cluster (label gazette.dev/cluster) whose operator serves it.",
+        "jsonPath": ".metadata.labels.gazette\\.dev/cluster",
+    }
+
+
+def _deletion_policy_column() -> dict[str, Any]:
+    return {
+        "name": "DeletionPolicy",
+        "type": "string",
+        "priority": 1,
+        "description": "Retain (the default: no finalizer) or Delete (the spec leaves etcd).",
+        "jsonPath": ".spec.deletionPolicy",
+    }
+
+
 def _crd(
     kind: Kind,
     spec: dict[str, Any],
@@ -543,6 +616,8 @@ def _crd(
                     "storage": True,
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": columns,
+                    # `kubectl get journals --field-selector spec.name=a/journal` (GA in 1.32).
+                    "selectableFields": [{"jsonPath": ".spec.name"}],
                     "schema": {
                         "openAPIV3Schema": {
                             "type": "object",
@@ -566,7 +641,13 @@ def _crd(
 def journal_crd() -> dict[str, Any]:
     """The CustomResourceDefinition of Journals, as a plain dict."""
     columns = [
-        {"name": "Name", "type": "string", "jsonPath": ".spec.name"},
+        {
+            "name": "Journal",
+            "type": "string",
+            "description": "The journal name (spec.name).",
+            "jsonPath": ".spec.name",
+        },
+        _cluster_column(),
         {"name": "Replication", "type": "integer", "jsonPath": ".spec.replication"},
         {"name": "Codec", "type": "string", "jsonPath": ".spec.fragment.compressionCodec"},
         _ready_column(),
@@ -583,6 +664,7 @@ def journal_crd() -> dict[str, Any]:
             "priority": 1,
             "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
         },
+        _deletion_policy_column(),
     ]
     return _crd(JOURNAL, _journal_spec_schema(), columns, _status())
 
@@ -590,7 +672,13 @@ def journal_crd() -> dict[str, Any]:
 def shard_crd() -> dict[str, Any]:
     """The CustomResourceDefinition of Shards, as a plain dict."""
     columns = [
-        {"name": "Name", "type": "string", "jsonPath": ".spec.name"},
+        {
+            "name": "Shard",
+            "type": "string",
+            "description": "The shard id (spec.name).",
+            "jsonPath": ".spec.name",
+        },
+        _cluster_column(),
         {
             "name": "Consumer",
             "type": "string",
@@ -621,6 +709,7 @@ def shard_crd() -> dict[str, Any]:
             "priority": 1,
             "jsonPath": '.status.conditions[?(@.type=="Applied")].status',
         },
+        _deletion_policy_column(),
     ]
     return _crd(SHARD, _shard_spec_schema(), columns, _status(_shard_status_properties()))
 

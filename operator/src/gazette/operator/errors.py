@@ -4,7 +4,8 @@ Hierarchy::
 
     OperatorError                 base of everything this package raises
     ├── InvalidSpecError          an object can't become a valid Gazette spec (ValueError too)
-    └── SpecStoreError            etcd failed or refused a read or write of a spec
+    ├── SpecStoreError            etcd failed or refused a read or write of a spec
+    └── KubeAPIError              the API server failed or refused a status patch
 
 Each maps to a reason of the object's Ready condition: ``InvalidSpec`` and
 ``EtcdError``. (A ``ResourceConflict`` is an outcome, not an error: the object
@@ -13,7 +14,7 @@ is fine, another one simply owns its name.)
 
 from __future__ import annotations
 
-__all__ = ["InvalidSpecError", "OperatorError", "SpecStoreError"]
+__all__ = ["InvalidSpecError", "KubeAPIError", "OperatorError", "SpecStoreError"]
 
 
 class OperatorError(Exception):
@@ -42,3 +43,14 @@ class SpecStoreError(OperatorError):
     def __init__(self, message: str, *, transient: bool = True) -> None:
         super().__init__(message)
         self.transient = transient
+
+
+class KubeAPIError(OperatorError):
+    """A call of :mod:`gazette.operator.kube` failed; ``status`` is the HTTP status, if any.
+
+    The caller retries later (the status it meant to write is recomputed then).
+    """
+
+    def __init__(self, message: str, *, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status

@@ -7,26 +7,24 @@ registry of its own (no module-level state):
   the initial listing before any handler runs, so the oldest object wins from
   the first event on;
 * one reconcile handler on resume, create and update (kopf calls update for
-  changes of spec, labels and annotations, not of status);
-* a timer per object, every ``resync_interval``: the periodic pass that puts
-  back specs edited or deleted out of band in etcd, lets the next oldest object
-  take over a name whose owner went, and retries what failed;
-* a deletion handler for ``deletionPolicy: Delete`` only, so only those objects
-  get the finalizer;
-* for Shards, given :class:`~gazette.operator.assignments.AssignmentViews`, a status
-  timer per object, every ``status_interval``: it reads the shard's replicas from the
-  application's assignment mirror (one etcd watch per application, no etcd call
-  here) and patches ``status`` (primary, standbys, route, replicas, Ready) when it
-  changed. The interval is the debounce: a shard's status is written at most once
-  per interval, however its replicas churn.
+  changes of spec, labels and annotations, not of status), which patches the
+  reconcile condition and posts an Event on its transitions (:mod:`.events`);
+* a deletion handler for ``deletionPolicy: Delete`` only, so only those objects get
+  the finalizer: deleting a ``Retain`` object, or its namespace, never waits for the
+  operator (there are no per-object timers or daemons, for which kopf would add a
+  finalizer to every object);
+* an event handler seeing every event of every object of the watched namespaces:
+  it hands served objects to the :class:`~gazette.operator.controller.Controller`
+  (out-of-band etcd edits, names changing hands and Shard status are its, driven by
+  etcd watches), and gives an object without the ``gazette.dev/cluster`` label a
+  ``NoCluster`` condition and a Warning, instead of leaving it silently unserved.
 
 Status patches go to the status subresource and kopf handles ``update`` for changes
-of spec, labels and annotations only, so no status write causes a reconcile. Both
-writers send the whole ``conditions`` list (a JSON merge patch replaces lists), each
-from the object as kopf last saw it, and each sets only its own condition, in place:
-when their writes race, one may put back the other's previous condition, which that
-writer sees differ and writes again on its next pass (the next status interval for
-Ready, the next resync for Applied).
+of spec, labels and annotations only, so no status write causes a reconcile. The
+reconcile handler sends the whole ``conditions`` list (a JSON merge patch replaces
+lists) from the object as kopf saw it, setting only its own condition in place; the
+controller patches with the object's resourceVersion as a precondition, so when
+their writes race the controller's is refused and recomputed from the newer object.
 On Shards, the reconcile outcome is the ``Applied`` condition, and ``Ready`` says
 whether a primary serves the shard (:mod:`.status`).
 
@@ -44,59 +42,88 @@ from typing import Any
 
 import kopf
 
-from gazette.operator import assignments, crd, errors, reconcile, status
+from gazette.operator import controller as controller_
+from gazette.operator import crd, errors, events, kube, reconcile, status
 
 __all__ = [
-    "STATUS_TIMER",
+    "PROGRESS_PREFIX",
     "HandlerConfig",
-    "QuietStatusTimer",
+    "Post",
+    "QuietObservers",
     "build_registry",
+    "kopf_post",
+    "login",
     "on_apply",
     "on_delete",
-    "on_shard_status",
+    "on_event",
     "operator_settings",
 ]
 
-STATUS_TIMER = "status_shard"
-"""The id of the Shard status timer."""
-
 _logger = logging.getLogger(__name__)
+
+PROGRESS_PREFIX = f"kopf.{crd.GROUP}"
+"""Where kopf keeps its handlers' progress (annotations ``kopf.gazette.dev/...``)."""
+
+Post = Callable[[Mapping[str, Any], events.Event], None]
+"""Posts an Event about an object (``kopf.event`` in handlers; a list in tests)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class HandlerConfig:
-    """What the handlers need to know, beyond the etcd prefixes.
+    """What the handlers and the controller need to know, beyond the etcd prefixes.
 
     ``cluster``: the value of ``gazette.dev/cluster`` this operator serves.
-    ``resync_interval``: seconds between periodic passes over each object.
     ``retry_delay``: seconds before retrying after an etcd failure.
-    ``status_interval``: seconds between looks at each Shard's replicas (the longest a
-    change of primary takes to show, and the shortest time between two status writes).
+    ``status_interval``: the least seconds between two status writes of one Shard
+    (the debounce of its replicas' churn).
+    ``settle_delay``: seconds an etcd key changed out of band waits before it is
+    compared with its object.
     """
 
     reconcile: reconcile.ReconcileConfig = dataclasses.field(
         default_factory=reconcile.ReconcileConfig
     )
     cluster: str = "default"
-    resync_interval: float = 60.0
     retry_delay: float = 5.0
     status_interval: float = 2.0
+    settle_delay: float = 0.5
+
+    def controller(self) -> controller_.ControllerConfig:
+        """The same settings, for the :class:`~gazette.operator.controller.Controller`."""
+        return controller_.ControllerConfig(
+            reconcile=self.reconcile,
+            cluster=self.cluster,
+            retry_delay=self.retry_delay,
+            status_interval=self.status_interval,
+            settle_delay=self.settle_delay,
+        )
 
 
 def operator_settings(settings: kopf.OperatorSettings | None = None) -> kopf.OperatorSettings:
-    """kopf settings of the operator: our own finalizer and annotation names, quiet events."""
+    """kopf settings of the operator: our own finalizer and annotation names, our Events only.
+
+    The finalizer is ``gazette.dev/delete-spec``, which kopf adds only for the handlers
+    that require one: the deletion handler of ``deletionPolicy: Delete`` objects.
+    """
     settings = settings or kopf.OperatorSettings()
     settings.persistence.finalizer = crd.FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=crd.GROUP)
+    # Not crd.GROUP: kopf leaves every annotation under its progress prefix out of what it
+    # compares to tell an update, and gazette.dev/paused must count (unpausing an object
+    # went unnoticed once no timer reconciled it anyway: test_operator_e2e found it).
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PROGRESS_PREFIX)
     # In status, not in an annotation: then the outcome of a handler is one PATCH of the
     # status subresource instead of that plus one of the object (bench_operator halves its
     # API writes).
     settings.persistence.diffbase_storage = kopf.StatusDiffBaseStorage(
         field=f"status.{crd.LAST_HANDLED_FIELD}"
     )
-    # Conditions say what happened; an Event per handled object would double the API
-    # writes of a large `kubectl apply`. Warnings and errors are still posted.
-    settings.posting.level = logging.WARNING
+    # Our Events (Warning on InvalidSpec, ResourceConflict, EtcdError; Normal on Applied)
+    # are posted with kopf.event on transitions only (gazette.operator.events). kopf's
+    # own log lines are not posted (posting.loggers stays off): one Event per handled
+    # object would double the API writes of a large `kubectl apply`.
+    settings.posting.enabled = True
+    settings.posting.loggers = False
+    settings.posting.reporting_component = kube.COMPONENT
     return settings
 
 
@@ -104,9 +131,18 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    # In a pod: the service account. Elsewhere: $KUBECONFIG or ~/.kube/config.
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In a pod: the service account. Elsewhere: $KUBECONFIG or ~/.kube/config."""
     return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+def _no_post(body: Mapping[str, Any], event: events.Event) -> None:
+    del body, event
+
+
+def kopf_post(body: Mapping[str, Any], event: events.Event) -> None:
+    """Post ``event`` with kopf, which queues it and posts it in the background."""
+    kopf.event(dict(body), type=event.type, reason=event.reason, message=event.message)  # type: ignore[arg-type]
 
 
 def _claims(index: Any, key: str | None) -> list[reconcile.Claim]:
@@ -125,12 +161,14 @@ async def on_apply(
     *,
     clock: Callable[[], datetime.datetime] = _now,
     logger: Any = _logger,
+    post: Post = _no_post,
 ) -> reconcile.Outcome:
-    """The resume / create / update / timer handler: reconcile, then patch the status.
+    """The resume / create / update handler: reconcile, then patch the status.
 
     ``index`` is the kind's claims index (``key -> claims``). Puts the new status into
-    ``patch["status"]`` only when it differs; raises ``kopf.TemporaryError`` after an
-    etcd failure, so kopf retries (the status saying EtcdError is patched still).
+    ``patch["status"]`` only when it differs, and posts the Event of a transition;
+    raises ``kopf.TemporaryError`` after an etcd failure, so kopf retries (the status
+    saying EtcdError is patched still).
     """
     key = reconcile.claim_key(body, kind, config.reconcile)
     outcome = await reconcile.reconcile(body, kind, config.reconcile, store, _claims(index, key))
@@ -139,6 +177,9 @@ async def on_apply(
     if new is not None:
         patch.setdefault("status", {}).update(new)
         logger.info("%s: %s", outcome.reason, outcome.message)
+    event = events.for_outcome(body, outcome, condition)
+    if event is not None:
+        post(body, event)
     if outcome.retry:
         raise kopf.TemporaryError(outcome.message, delay=config.retry_delay)
     return outcome
@@ -166,78 +207,89 @@ async def on_delete(
     return message
 
 
-def shard_target(body: Mapping[str, Any], config: HandlerConfig) -> tuple[str, str] | None:
-    """(application prefix, shard id) of a Shard object, or None when it names none."""
-    key = reconcile.claim_key(body, reconcile.SHARDS, config.reconcile)
-    if key is None:
-        return None
-    labels = (body.get("metadata") or {}).get("labels") or {}
-    prefix = f"{config.reconcile.consumers_root}/{labels[crd.CONSUMER_LABEL]}"
-    return prefix, str(body["spec"]["name"])
-
-
-def on_shard_status(
+def on_event(
+    event_type: str | None,
     body: Mapping[str, Any],
     patch: dict[str, Any],
+    kind: reconcile.SpecKind,
     config: HandlerConfig,
-    views: assignments.AssignmentViews,
+    controller: controller_.Controller | None = None,
     *,
     clock: Callable[[], datetime.datetime] = _now,
-    logger: Any = _logger,
-) -> dict[str, Any] | None:
-    """The Shard status timer: put the status of the shard's replicas into ``patch``.
+    post: Post = _no_post,
+) -> None:
+    """The handler of every watch event of every object (``event_type`` None: listed).
 
-    Only when it differs from the object's; nothing while the application's
-    assignments are not loaded yet. Returns what was put, or None.
+    Hands it to ``controller``; and an object without the ``gazette.dev/cluster`` label
+    (and not unmanaged) gets the condition ``NoCluster`` (on Shards ``Applied`` and
+    ``Ready``) in ``patch``, and a Warning the first time.
     """
-    target = shard_target(body, config)
-    if target is None:
-        replicas: list[status.Replica] = []
-    else:
-        got = views.replicas(*target)
-        if got is None:
-            return None
-        replicas = got
-    new = status.shard_status_for(body, replicas, clock())
-    if new is None:
-        return None
-    patch.setdefault("status", {}).update(new)
-    cond = status.ready_condition(new) or {}
-    logger.info("Ready %s (%s): %s", cond.get("status"), cond.get("reason"), cond.get("message"))
-    return new
+    if controller is not None:
+        controller.observe(kind, event_type, body)
+    labels = (body.get("metadata") or {}).get("labels") or {}
+    if event_type == "DELETED" or crd.CLUSTER_LABEL in labels or reconcile.is_unmanaged(body):
+        return
+    outcome = reconcile.Outcome(
+        reconcile.Reason.NO_CLUSTER,
+        f"no label {crd.CLUSTER_LABEL}, so no operator serves this object: label it "
+        f"{crd.CLUSTER_LABEL}=<the Gazette cluster's name> (the operator's --cluster)",
+    )
+    first = status.APPLIED if kind is reconcile.SHARDS else status.READY
+    now = clock()
+    new = status.status_for(body, outcome, now, kind=first)
+    if kind is reconcile.SHARDS:
+        seen = {**body, "status": {**(body.get("status") or {}), **(new or {})}}
+        ready = status.status_for(seen, outcome, now, kind=status.READY)
+        if ready is not None:
+            new = {**(new or {}), **ready}
+    if new is not None:
+        patch.setdefault("status", {}).update(new)
+    event = events.for_outcome(body, outcome, first)
+    if event is not None:
+        post(body, event)
 
 
-class QuietStatusTimer(logging.Filter):
-    """Drops kopf's "Timer 'status_shard' succeeded." lines: one per Shard per interval.
+class QuietObservers(logging.Filter):
+    """Drops kopf's "Handler 'observe_journal' succeeded." lines: one per event of every object.
 
-    kopf logs every handler's success at INFO; for a timer that looks at each Shard every
-    couple of seconds that is noise drowning what the operator does (a status that
-    changed is logged by :func:`on_shard_status` itself).
+    kopf logs every handler's success at INFO; for the event handler, which sees each
+    watch event of each object, that is noise drowning what the operator does.
     """
 
-    _message = f"Timer {STATUS_TIMER!r} succeeded."
+    _messages = frozenset(
+        f"Handler 'observe_{kind.crd.singular}' succeeded."
+        for kind in (reconcile.JOURNALS, reconcile.SHARDS)
+    )
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.getMessage() != self._message
+        return record.getMessage() not in self._messages
 
 
 def build_registry(
     config: HandlerConfig,
     store: reconcile.SpecStore,
     *,
-    views: assignments.AssignmentViews | None = None,
+    controller: controller_.Controller | None = None,
+    credentials: kube.Credentials | None = None,
     clock: Callable[[], datetime.datetime] = _now,
+    post: Post = kopf_post,
 ) -> kopf.OperatorRegistry:
     """A kopf registry serving Journals and Shards of ``config.cluster`` into ``store``.
 
-    With ``views``, Shards also get the status of their replicas (a status timer).
+    ``controller`` hears of every object event (out-of-band etcd edits, names changing
+    hands, Shard status); ``credentials`` receive what kopf logged in with.
     """
     registry = kopf.OperatorRegistry()
-    kopf.on.login(registry=registry)(_login)
+
+    def login_and_share(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        info = login(**kwargs)
+        if credentials is not None:
+            credentials.set(info)
+        return info
+
+    kopf.on.login(registry=registry)(login_and_share)
     for kind in (reconcile.JOURNALS, reconcile.SHARDS):
-        _register(registry, kind, config, store, clock)
-    if views is not None:
-        _register_shard_status(registry, config, views, clock)
+        _register(registry, kind, config, store, controller, clock, post)
     return registry
 
 
@@ -249,25 +301,6 @@ def _filters(config: HandlerConfig, registry: kopf.OperatorRegistry) -> dict[str
     }
 
 
-def _register_shard_status(
-    registry: kopf.OperatorRegistry,
-    config: HandlerConfig,
-    views: assignments.AssignmentViews,
-    clock: Callable[[], datetime.datetime],
-) -> None:
-    async def shard_status(body: kopf.Body, patch: kopf.Patch, logger: Any, **_: Any) -> None:
-        on_shard_status(body, patch, config, views, clock=clock, logger=logger)
-
-    kopf.timer(
-        crd.GROUP,
-        crd.VERSION,
-        crd.SHARD.plural,
-        id=STATUS_TIMER,
-        interval=config.status_interval,
-        **_filters(config, registry),
-    )(shard_status)
-
-
 def _managed(annotations: Mapping[str, str], **_: Any) -> bool:
     return annotations.get(crd.UNMANAGED_ANNOTATION) != "true"
 
@@ -277,7 +310,9 @@ def _register(
     kind: reconcile.SpecKind,
     config: HandlerConfig,
     store: reconcile.SpecStore,
+    controller: controller_.Controller | None,
     clock: Callable[[], datetime.datetime],
+    post: Post,
 ) -> None:
     resource = (crd.GROUP, crd.VERSION, kind.crd.plural)
     filters = _filters(config, registry)
@@ -291,20 +326,21 @@ def _register(
 
     async def apply(body: kopf.Body, patch: kopf.Patch, logger: Any, **kwargs: Any) -> None:
         await on_apply(
-            body, patch, kind, config, store, kwargs.get(index_name), clock=clock, logger=logger
+            body,
+            patch,
+            kind,
+            config,
+            store,
+            kwargs.get(index_name),
+            clock=clock,
+            logger=logger,
+            post=post,
         )
 
     apply.__name__ = f"apply_{kind.crd.singular}"
     kopf.on.resume(*resource, id=f"apply_{kind.crd.singular}", **filters)(apply)
     kopf.on.create(*resource, id=f"apply_{kind.crd.singular}", **filters)(apply)
     kopf.on.update(*resource, id=f"apply_{kind.crd.singular}", **filters)(apply)
-    kopf.timer(
-        *resource,
-        id=f"resync_{kind.crd.singular}",
-        interval=config.resync_interval,
-        initial_delay=config.resync_interval,
-        **filters,
-    )(apply)
 
     async def remove(body: kopf.Body, logger: Any, **kwargs: Any) -> None:
         await on_delete(body, kind, config, store, kwargs.get(index_name), logger=logger)
@@ -316,3 +352,23 @@ def _register(
         value="Delete",
         **filters,
     )(remove)
+
+    async def observe(
+        event: Mapping[str, Any], body: kopf.Body, patch: kopf.Patch, **_: Any
+    ) -> None:
+        # Async: kopf runs sync handlers in threads, away from the controller's loop.
+        # No filters: objects of other clusters, unlabelled or unmanaged ones are seen too,
+        # so the controller forgets those that stop being its own.
+        on_event(
+            event.get("type"),
+            dict(body),
+            patch,
+            kind,
+            config,
+            controller,
+            clock=clock,
+            post=post,
+        )
+
+    observe.__name__ = f"observe_{kind.crd.singular}"
+    kopf.on.event(*resource, id=f"observe_{kind.crd.singular}", registry=registry)(observe)

@@ -8,26 +8,37 @@ naming the field, for objects that reached us without the CRD's schema (an
 older CRD, a unit test). Labels and sources are sorted, as Gazette requires,
 so users may list them in any order.
 
+Labels come from two places: the object's ``metadata.labels`` outside the reserved
+domains (:func:`gazette.operator.crd.is_reserved_label`), one value a name, and
+``spec.labels``, for several values of one name or values Kubernetes labels cannot
+hold. A name in both must have its metadata value among its ``spec.labels`` values;
+otherwise the object is ``InvalidSpec``, the error naming the label. Each metadata
+label is checked as a Gazette label (2 to 64 characters, not a meta-label such as
+``name``) and named when it is not one.
+
 The result is *not* validated here: the reconciler runs the protocol's own
 validation on it, exactly as the Apply RPCs do.
 
 Example::
 
-    spec = mapping.journal_spec({"name": "a/journal", "replication": 3, "fragment": {...}})
-    assert mapping.journal_fields(spec)["name"] == "a/journal"
+    spec = mapping.journal_spec(
+        {"name": "a/journal", "replication": 3, "fragment": {...}}, labels={"topic": "logs"}
+    )
+    assert mapping.journal_fields(spec)["labels"] == [{"name": "topic", "value": "logs"}]
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from gazette.broker import protocol as pb
 from gazette.consumer import protocol as pc
-from gazette.operator import errors
+from gazette.operator import crd, errors
 
 __all__ = [
     "OPERATOR_FIELDS",
+    "gazette_labels",
     "journal_fields",
     "journal_spec",
     "normalize_journal",
@@ -47,6 +58,9 @@ _FLAG_NAMES = {v: k for k, v in _FLAGS.items()}
 _INT64_MAX = (1 << 63) - 1
 _UINT32_MAX = (1 << 32) - 1
 _INT32_MAX = (1 << 31) - 1
+# Labels Gazette adds itself to what selectors match (JournalSpec.LabelSetExt, ShardSpec's).
+_JOURNAL_META_LABELS = ("name", "prefix")
+_SHARD_META_LABELS = ("id",)
 
 
 class _Reader:
@@ -134,15 +148,62 @@ def _list(value: object, path: str) -> list[object]:
     return value
 
 
-def _labels(value: object, path: str) -> pb.LabelSet:
+def _labels(value: object, path: str) -> list[tuple[str, str]]:
     pairs: list[tuple[str, str]] = []
     for i, item in enumerate(_list(value, path)):
         r = _Reader(item, f"{path}[{i}]")
         name = r.take("name", _string, "")
         pairs.append((name, r.take("value", _string, "")))
         r.done()
+    return pairs
+
+
+def gazette_labels(
+    metadata: Mapping[str, object] | None,
+    spec_labels: Sequence[tuple[str, str]] = (),
+    *,
+    meta_labels: Sequence[str] = (),
+) -> pb.LabelSet:
+    """The Gazette labels of an object: its ``metadata.labels`` and ``spec.labels``, sorted.
+
+    ``metadata`` are the object's Kubernetes labels (reserved domains are skipped);
+    ``spec_labels`` the (name, value) pairs of its ``spec.labels``; ``meta_labels`` the
+    names Gazette gives its meta-labels (``name`` and ``prefix`` of journals, ``id`` of
+    shards), which no label may have. Raises InvalidSpecError naming the label of a
+    conflict, or a metadata label that is no Gazette label.
+    """
+    pairs = set(spec_labels)
+    given: dict[str, set[str]] = {}
+    for name, val in spec_labels:
+        given.setdefault(name, set()).add(val)
+    for name, raw in sorted((metadata or {}).items()):
+        if crd.is_reserved_label(name):
+            continue
+        field = f"metadata.labels[{name}]"
+        if not isinstance(raw, str):
+            raise errors.InvalidSpecError(f"expected a string, not {_kind(raw)}", field=field)
+        value = raw
+        if name in meta_labels:
+            raise errors.InvalidSpecError(
+                f"{name!r} is a Gazette meta-label, which Gazette sets itself: "
+                "no label may have that name",
+                field=field,
+            )
+        try:
+            pb.validate(pb.Label(name=name, value=value))
+        except pb.ValidationError as e:
+            raise errors.InvalidSpecError(f"not a Gazette label: {e}", field=field) from None
+        values = given.get(name)
+        if values is not None and value not in values:
+            raise errors.InvalidSpecError(
+                f"label {name!r} conflicts: metadata.labels says {value!r}, spec.labels says "
+                + ", ".join(map(repr, sorted(values)))
+                + " (list the metadata value in spec.labels too, or make them agree)",
+                field=field,
+            )
+        pairs.add((name, value))
     out = pb.LabelSet()
-    for name, val in sorted(set(pairs)):
+    for name, val in sorted(pairs):
         out.labels.add(name=name, value=val)
     return out
 
@@ -172,8 +233,13 @@ def normalize_shard(spec: pc.ShardSpec) -> pc.ShardSpec:
     return spec
 
 
-def journal_spec(spec: Mapping[str, Any]) -> pb.JournalSpec:
-    """The JournalSpec that a Journal object's ``spec`` declares (not validated)."""
+def journal_spec(
+    spec: Mapping[str, Any], labels: Mapping[str, object] | None = None
+) -> pb.JournalSpec:
+    """The JournalSpec a Journal object declares (not validated).
+
+    ``spec`` is the object's ``spec``, ``labels`` its ``metadata.labels``.
+    """
     r = _Reader(spec, "spec")
     out = pb.JournalSpec(
         name=r.take("name", _string, ""),
@@ -181,7 +247,8 @@ def journal_spec(spec: Mapping[str, Any]) -> pb.JournalSpec:
         flags=r.take("flags", _enum(_FLAGS), 0),
         max_append_rate=r.take("maxAppendRate", _integer(-_INT64_MAX - 1, _INT64_MAX), 0),
     )
-    out.labels.CopyFrom(r.take("labels", _labels, pb.LabelSet()))
+    spec_labels: list[tuple[str, str]] = r.take("labels", _labels, [])
+    out.labels.CopyFrom(gazette_labels(labels, spec_labels, meta_labels=_JOURNAL_META_LABELS))
     normalize_journal(out)
     fragment = r.take("fragment", _anything, None)
     if fragment is not None:
@@ -222,8 +289,11 @@ def _sources(value: object, path: str) -> list[pc.ShardSpec.Source]:
     return out
 
 
-def shard_spec(spec: Mapping[str, Any]) -> pc.ShardSpec:
-    """The ShardSpec that a Shard object's ``spec`` declares (not validated)."""
+def shard_spec(spec: Mapping[str, Any], labels: Mapping[str, object] | None = None) -> pc.ShardSpec:
+    """The ShardSpec a Shard object declares (not validated).
+
+    ``spec`` is the object's ``spec``, ``labels`` its ``metadata.labels``.
+    """
     r = _Reader(spec, "spec")
     sources: list[pc.ShardSpec.Source] = r.take("sources", _sources, [])
     out = pc.ShardSpec(
@@ -245,7 +315,8 @@ def shard_spec(spec: Mapping[str, Any]) -> pc.ShardSpec:
         d = r.take(name, _duration, None)
         if d is not None:
             getattr(out, proto_name).CopyFrom(d)
-    out.labels.CopyFrom(r.take("labels", _labels, pb.LabelSet()))
+    spec_labels: list[tuple[str, str]] = r.take("labels", _labels, [])
+    out.labels.CopyFrom(gazette_labels(labels, spec_labels, meta_labels=_SHARD_META_LABELS))
     normalize_shard(out)
     r.done(ignore=OPERATOR_FIELDS)
     return out

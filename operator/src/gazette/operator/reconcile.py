@@ -8,7 +8,8 @@ in-memory store (:class:`gazette.operator.testing.MemorySpecStore`).
 
 The rules:
 
-* The object's spec is mapped (:mod:`gazette.operator.mapping`) and validated
+* The object's spec and its labels (``metadata.labels`` outside reserved domains,
+  plus ``spec.labels``) are mapped (:mod:`gazette.operator.mapping`) and validated
   by the protocol's own validation, as the Apply RPCs validate: a failure is
   ``InvalidSpec`` and nothing is written.
 * Its etcd key is ``<root>/items/<name>``: the root is the broker cluster's
@@ -17,10 +18,10 @@ The rules:
 * Several objects may name the same key (in other namespaces, say). The oldest
   (creation time, then namespace, name and uid) owns it; the others report
   ``ResourceConflict`` and write nothing. When the owner goes, the next oldest
-  takes over on its next pass.
+  takes over (:mod:`gazette.operator.controller` reconciles it then).
 * The spec is written with the Apply RPCs' checked transaction
   (:func:`gazette.keyspace.apply_changes`), guarded by the mod revision just
-  read, and only when it differs from what etcd holds (so a periodic pass over
+  read, and only when it differs from what etcd holds (so reconciling
   unchanged objects writes nothing). A JournalSpec's ``suspend``, which brokers
   write, is carried over from etcd.
 * A paused object writes nothing and reports ``Paused``.
@@ -53,7 +54,9 @@ __all__ = [
     "Stored",
     "claim_key",
     "claim_of",
+    "declared",
     "delete",
+    "drifted",
     "is_paused",
     "is_unmanaged",
     "reconcile",
@@ -73,6 +76,8 @@ class Reason(enum.StrEnum):
     RESOURCE_CONFLICT = "ResourceConflict"
     ETCD_ERROR = "EtcdError"
     PAUSED = "Paused"
+    NO_CLUSTER = "NoCluster"
+    """The object has no ``gazette.dev/cluster`` label: no operator serves it."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -132,7 +137,8 @@ class Outcome:
     """What one reconcile did: the Ready condition's reason and message, and where.
 
     ``retry`` asks the caller to try again later (etcd failed); ``mod_revision`` is the
-    key's revision after an ``Applied`` outcome.
+    key's revision after an ``Applied`` outcome, and ``wrote`` says this reconcile put it
+    there (etcd held something else).
     """
 
     reason: Reason
@@ -140,6 +146,7 @@ class Outcome:
     key: str = ""
     mod_revision: int = 0
     retry: bool = False
+    wrote: bool = False
 
     @property
     def ready(self) -> bool:
@@ -151,7 +158,8 @@ class SpecKind:
     """What differs between Journals and Shards."""
 
     crd: crd.Kind
-    build: Callable[[Mapping[str, Any]], pbmessage.Message]
+    build: Callable[[Mapping[str, Any], Mapping[str, object] | None], pbmessage.Message]
+    """The spec an object declares, from its ``spec`` and its ``metadata.labels``."""
     validate: Callable[[Any], None]
     decode: Callable[[bytes], pbmessage.Message]
     item: Callable[[Any], str]
@@ -311,6 +319,45 @@ def _owner(me: Claim, claims: Iterable[Claim]) -> Claim:
     return min((me, *claims), key=Claim.order)
 
 
+def declared(
+    body: Mapping[str, Any], kind: SpecKind, config: ReconcileConfig
+) -> tuple[str, str, pbmessage.Message]:
+    """(root, name, validated spec) that object ``body`` declares.
+
+    Raises InvalidSpecError or ``pb.ValidationError`` when it declares no valid spec.
+    """
+    root, name = _target(body, kind, config)
+    spec = body.get("spec")
+    desired = kind.build(spec if isinstance(spec, Mapping) else {}, _meta(body).get("labels"))
+    kind.validate(desired)
+    return root, name, desired
+
+
+def drifted(
+    body: Mapping[str, Any], kind: SpecKind, config: ReconcileConfig, held: bytes | None
+) -> bool:
+    """Whether etcd's value ``held`` (None: absent) of the object's key differs from its spec.
+
+    False for an object that declares no valid spec or is paused: there is nothing
+    to put back. What etcd owns (a journal's ``suspend``) is carried over first, as
+    a write would carry it.
+    """
+    if is_paused(body):
+        return False
+    try:
+        _, _, desired = declared(body, kind, config)
+    except (errors.InvalidSpecError, pb.ValidationError):
+        return False
+    if held is None:
+        return True
+    try:
+        current = kind.decode(held)
+    except pbmessage.DecodeError:
+        return True
+    kind.carry(current, desired)
+    return bool(current != desired)
+
+
 async def reconcile(
     body: Mapping[str, Any],
     kind: SpecKind,
@@ -327,10 +374,7 @@ async def reconcile(
     if is_paused(body):
         return Outcome(Reason.PAUSED, f"annotation {crd.PAUSED_ANNOTATION} is set: etcd untouched")
     try:
-        root, name = _target(body, kind, config)
-        spec = body.get("spec")
-        desired = kind.build(spec if isinstance(spec, Mapping) else {})
-        kind.validate(desired)
+        root, name, desired = declared(body, kind, config)
     except (errors.InvalidSpecError, pb.ValidationError) as e:
         return Outcome(Reason.INVALID_SPEC, str(e))
     key = keyspace.item_key(root, name)
@@ -379,7 +423,7 @@ async def _write(
         result = await store.apply(root, [keyspace.Change(name, value, expect)])
         if result.succeeded:
             logger.info("wrote %s at revision %d", key, result.revision)
-            return Outcome(Reason.APPLIED, "etcd holds the spec", key, result.revision)
+            return Outcome(Reason.APPLIED, "etcd holds the spec", key, result.revision, wrote=True)
         # Someone else wrote the key between our read and write: read it again.
         logger.info("%s changed under us (expected mod revision %d); retrying", key, expect)
     return Outcome(

@@ -1,5 +1,5 @@
-"""Running the operator: an etcd client, the assignment watches, the kopf registry, and kopf's
-own main loop, in one task group."""
+"""Running the operator: an etcd client, the controller and its etcd watches, the kopf
+registry, and kopf's own main loop, in one task group."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import logging
 import kopf
 
 from gazette import keyspace
-from gazette.operator import assignments, config, handlers, store
+from gazette.operator import assignments, config, controller, handlers, kube, store
 
 __all__ = ["run"]
 
@@ -28,12 +28,18 @@ async def run(
     Runs standalone (no kopf peering): deploy one replica.
     """
     client = await keyspace.connect(cfg.etcd_address)
+    credentials = kube.Credentials()
+    api = kube.KubeClient(credentials)
+    specs = store.EtcdSpecStore(client)
     views = assignments.AssignmentViews(client)
-    quiet = handlers.QuietStatusTimer()
+    ctl = controller.Controller(cfg.handlers.controller(), specs, api, views)
+    quiet = handlers.QuietObservers()
     objects_log = logging.getLogger("kopf.objects")
     objects_log.addFilter(quiet)
     try:
-        registry = handlers.build_registry(cfg.handlers, store.EtcdSpecStore(client), views=views)
+        registry = handlers.build_registry(
+            cfg.handlers, specs, controller=ctl, credentials=credentials
+        )
         logger.info(
             "serving cluster %r into etcd %s (journals under %s, shards under %s/<consumer>)",
             cfg.handlers.cluster,
@@ -42,7 +48,7 @@ async def run(
             cfg.handlers.reconcile.consumers_root,
         )
         async with asyncio.TaskGroup() as tg:
-            follow = tg.create_task(views.run(), name="shard assignments")
+            follow = tg.create_task(ctl.run(), name="controller")
             try:
                 await kopf.operator(
                     registry=registry,
@@ -58,4 +64,5 @@ async def run(
                 follow.cancel()
     finally:
         objects_log.removeFilter(quiet)
+        await api.close()
         await client.close()

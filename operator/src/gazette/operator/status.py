@@ -1,7 +1,7 @@
 """The ``status`` of Journal and Shard objects: what reconciling and serving look like there.
 
 Pure functions, each answering the status an object should have, or None when it
-already has it, so a periodic pass over settled objects patches nothing:
+already has it, so handling a settled object again patches nothing:
 
 * :func:`status_for`, after a reconcile :class:`~gazette.operator.reconcile.Outcome`.
   Its condition is ``Ready`` on Journals (a journal declared in etcd is ready: brokers
@@ -17,9 +17,10 @@ already has it, so a periodic pass over settled objects patches nothing:
 
 The two write disjoint conditions and fields: the reconcile handler owns ``Applied``
 (``Ready`` on Journals), ``observedGeneration``, ``etcdKey`` and ``modRevision``; the
-shard status timer owns the rest. Conditions follow Kubernetes' conventions (``type``,
-``status``, ``reason``, ``message``, ``observedGeneration``, ``lastTransitionTime``,
-which changes only when ``status`` flips).
+controller's shard status (:mod:`gazette.operator.controller`) owns the rest.
+Conditions follow Kubernetes' conventions (``type``, ``status``, ``reason``,
+``message``, ``observedGeneration``, ``lastTransitionTime``, which changes only when
+``status`` flips); the CRD requires all but ``observedGeneration``.
 
 Example::
 
@@ -99,7 +100,7 @@ def _conditions(
         cond["lastTransitionTime"] = old["lastTransitionTime"]
     else:
         cond["lastTransitionTime"] = timestamp(now)
-    # In place: two writers (the reconcile handler, the shard status timer) each set
+    # In place: two writers (the reconcile handler, the controller's shard status) each set
     # their own condition; moving it first would make each undo the other's order.
     out: list[Any] = [c for c in current.get("conditions") or () if isinstance(c, Mapping)]
     for i, c in enumerate(out):

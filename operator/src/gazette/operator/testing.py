@@ -1,4 +1,4 @@
-"""Test seams of the operator: an in-memory :class:`~gazette.operator.reconcile.SpecStore`.
+"""Test seams of the operator: in-memory stand-ins for etcd and the API server.
 
 :class:`MemorySpecStore` keeps keys, values and revisions like etcd does and
 applies changes with the same checked semantics as
@@ -10,17 +10,28 @@ revision 0), so the reconcile rules can be unit-tested without a server::
     assert store.values["/gazette/cluster/items/a/journal"] == spec.SerializeToString()
 
 ``fail`` makes every call raise SpecStoreError (etcd is down).
+
+:class:`MemoryKube` is a :class:`~gazette.operator.kube.KubeAPI` that records status
+patches and Events, and answers a patch from a stale resourceVersion with a conflict
+like the API server does::
+
+    api = testing.MemoryKube()
+    api.objects[("ns", "name")] = body
+    ...
+    assert api.events[0].reason == "Restored"
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from gazette import keyspace
 from gazette.broker import protocol as pb
-from gazette.operator import errors, reconcile
+from gazette.operator import crd, errors, events, kube, reconcile
 
-__all__ = ["MemorySpecStore"]
+__all__ = ["MemoryKube", "MemorySpecStore"]
 
 
 class MemorySpecStore:
@@ -72,3 +83,52 @@ class MemorySpecStore:
         return keyspace.ApplyResult(
             succeeded=ok, revision=self.revision, etcd=pb.Header.Etcd(revision=self.revision)
         )
+
+
+class MemoryKube:
+    """Objects by (namespace, name), with resourceVersions; status patches and Events recorded.
+
+    A patch carrying a resourceVersion other than the object's gets CONFLICT; one of an
+    unknown object GONE. ``fail`` makes every patch raise KubeAPIError.
+    """
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.patches: list[tuple[str, str, str, dict[str, Any]]] = []
+        self.events: list[events.Event] = []
+        self.event_objects: list[str] = []
+        self.fail = False
+        self._version = 100
+
+    def add(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Store ``body`` with a new resourceVersion; return the stored copy."""
+        self._version += 1
+        stored = copy.deepcopy(dict(body))
+        stored["metadata"]["resourceVersion"] = str(self._version)
+        meta = stored["metadata"]
+        self.objects[(meta["namespace"], meta["name"])] = stored
+        return stored
+
+    async def patch_status(
+        self,
+        kind: crd.Kind,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        resource_version: str | None,
+    ) -> kube.PatchResult:
+        if self.fail:
+            raise errors.KubeAPIError("the API server is unavailable (MemoryKube.fail)")
+        stored = self.objects.get((namespace, name))
+        if stored is None:
+            return kube.PatchResult.GONE
+        if resource_version and stored["metadata"].get("resourceVersion") != resource_version:
+            return kube.PatchResult.CONFLICT
+        self.patches.append((kind.kind, namespace, name, copy.deepcopy(dict(status))))
+        merged = {**stored, "status": {**stored.get("status", {}), **copy.deepcopy(dict(status))}}
+        self.add(merged)
+        return kube.PatchResult.OK
+
+    async def post_event(self, body: Mapping[str, Any], event: events.Event) -> None:
+        self.events.append(event)
+        self.event_objects.append(str((body.get("metadata") or {}).get("name")))

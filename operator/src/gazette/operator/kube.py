@@ -1,0 +1,219 @@
+"""The operator's own few calls to the API server: patch a status, post an Event.
+
+kopf writes what its handlers return. What happens outside them, driven by the
+etcd watches of :mod:`gazette.operator.controller` (a spec put back after an
+out-of-band edit, a name taken over when its owner goes, a Shard's replicas),
+is written here, with the credentials kopf logged in with
+(:class:`Credentials`, filled by the login handler) over one aiohttp session.
+
+Status patches are JSON merge patches of the status subresource carrying the
+``metadata.resourceVersion`` they were computed from, so a patch made from a stale
+object fails with :attr:`PatchResult.CONFLICT` instead of undoing a newer write;
+the caller recomputes from the fresher object.
+
+:class:`KubeAPI` is the seam; :class:`gazette.operator.testing.MemoryKube` stands in
+for it in tests::
+
+    client = kube.KubeClient(credentials)
+    result = await client.patch_status(crd.JOURNAL, "ns", "logs", {"conditions": [...]}, "42")
+    await client.post_event(body, events.Event("Normal", "Applied", "wrote ..."))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import enum
+import logging
+import socket
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import aiohttp
+import kopf
+
+from gazette.operator import crd, errors, events
+
+__all__ = ["COMPONENT", "Credentials", "KubeAPI", "KubeClient", "PatchResult"]
+
+logger = logging.getLogger(__name__)
+
+COMPONENT = "gazette-operator"
+"""The reporting component of the operator's Events (``kubectl events`` shows it)."""
+_MAX_MESSAGE = 1024  # What events.k8s.io allows of a note; longer ones are cut.
+
+
+class PatchResult(enum.Enum):
+    """How a status patch went."""
+
+    OK = "ok"
+    CONFLICT = "conflict"
+    """The object changed since the patch was computed (409): recompute from the newer one."""
+    GONE = "gone"
+    """The object is no longer there (404)."""
+
+
+class KubeAPI(Protocol):
+    """What the controller asks of the API server."""
+
+    async def patch_status(
+        self,
+        kind: crd.Kind,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        resource_version: str | None,
+    ) -> PatchResult:
+        """Merge ``status`` into the object's status, if it is still at ``resource_version``.
+
+        Raises KubeAPIError when the API server can't be reached or refuses otherwise.
+        """
+        ...
+
+    async def post_event(self, body: Mapping[str, Any], event: events.Event) -> None:
+        """Post ``event`` about object ``body`` (best effort: failures are logged)."""
+        ...
+
+
+class Credentials:
+    """The latest credentials kopf logged in with: its login handler stores them here."""
+
+    def __init__(self) -> None:
+        self.info: kopf.ConnectionInfo | None = None
+        self._changed = asyncio.Event()
+
+    def set(self, info: kopf.ConnectionInfo | None) -> None:
+        if info is not None:
+            self.info = info
+            self._changed.set()
+
+    async def wait(self) -> kopf.ConnectionInfo:
+        """The credentials, once there are some."""
+        while self.info is None:
+            await self._changed.wait()
+        return self.info
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat()
+
+
+class KubeClient:
+    """:class:`KubeAPI` over aiohttp, with the credentials kopf logged in with.
+
+    One session per set of credentials (re-made when kopf logs in again, e.g. after a
+    rotated token); ``timeout`` bounds each request. Call :meth:`close` when done.
+    """
+
+    def __init__(self, credentials: Credentials, *, timeout: float = 30.0) -> None:
+        self._credentials = credentials
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+        self._session_info: kopf.ConnectionInfo | None = None
+        self._instance = socket.gethostname()
+
+    async def _session_for(self) -> tuple[aiohttp.ClientSession, str]:
+        info = await self._credentials.wait()
+        if self._session is None or self._session_info is not info:
+            if self._session is not None:
+                await self._session.close()
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=info.as_ssl_context()),
+                headers={**info.as_http_headers(), "User-Agent": COMPONENT},
+                auth=info.as_aiohttp_basic_auth(),
+                timeout=self._timeout,
+            )
+            self._session_info = info
+        return self._session, info.server.rstrip("/")
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def patch_status(
+        self,
+        kind: crd.Kind,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        resource_version: str | None,
+    ) -> PatchResult:
+        session, server = await self._session_for()
+        url = (
+            f"{server}/apis/{crd.GROUP}/{crd.VERSION}/namespaces/{namespace}/"
+            f"{kind.plural}/{name}/status"
+        )
+        patch: dict[str, Any] = {"status": dict(status)}
+        if resource_version:
+            patch["metadata"] = {"resourceVersion": resource_version}
+        try:
+            async with session.patch(
+                url, json=patch, headers={"Content-Type": "application/merge-patch+json"}
+            ) as resp:
+                if resp.status == 409:
+                    return PatchResult.CONFLICT
+                if resp.status == 404:
+                    return PatchResult.GONE
+                if resp.status >= 300:
+                    text = await resp.text()
+                    raise errors.KubeAPIError(
+                        f"PATCH {kind.plural}/{namespace}/{name}/status: {resp.status} {text[:500]}",
+                        status=resp.status,
+                    )
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise errors.KubeAPIError(
+                f"PATCH {kind.plural}/{namespace}/{name}/status: {e or type(e).__name__}"
+            ) from e
+        return PatchResult.OK
+
+    async def post_event(self, body: Mapping[str, Any], event: events.Event) -> None:
+        meta = body.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        now = _now()
+        message = event.message
+        if len(message) > _MAX_MESSAGE:
+            message = message[: _MAX_MESSAGE - 3] + "..."
+        payload = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": body.get("apiVersion"),
+                "kind": body.get("kind"),
+                "name": meta.get("name"),
+                "namespace": namespace,
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": event.type,
+            "reason": event.reason,
+            "message": message,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self._instance,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "eventTime": now,
+            "action": event.reason,
+        }
+        try:
+            session, server = await self._session_for()
+            async with session.post(
+                f"{server}/api/v1/namespaces/{namespace}/events", json=payload
+            ) as resp:
+                if resp.status >= 300:
+                    text = await resp.text()
+                    logger.warning(
+                        "posting event %s about %s/%s: %s %s",
+                        event.reason,
+                        namespace,
+                        meta.get("name"),
+                        resp.status,
+                        text[:300],
+                    )
+        except (aiohttp.ClientError, TimeoutError) as e:
+            # Events are informative: the status says the same, so one lost is not retried.
+            logger.warning(
+                "posting event %s about %s/%s: %s", event.reason, namespace, meta.get("name"), e
+            )
