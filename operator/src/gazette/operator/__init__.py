@@ -26,8 +26,13 @@ Modules:
   application's prefix.
 * :mod:`.controller` — what the watches call for: specs edited out of band in etcd put
   back, names taken over when their owner goes, Shard status; no per-object timers.
-* :mod:`.kube` — the operator's own status patches and Events, outside kopf's handlers.
+* :mod:`.kube` — the operator's own status patches, Events and Lease, outside kopf's
+  handlers.
 * :mod:`.handlers` — kopf handlers binding events and indexes to the above.
+* :mod:`.leader` — leader election over a ``coordination.k8s.io`` Lease: replicas stand
+  by, one writes.
+* :mod:`.health` — ``/readyz`` (the API server and etcd answer), ``/healthz`` (nothing
+  is stuck) and ``/metrics`` (:mod:`.metrics`).
 * :mod:`.store` — the etcd SpecStore; :mod:`.testing` — in-memory etcd and API server
   stand-ins for tests.
 * :mod:`.config`, :mod:`.runner` — ``python -m gazette.operator`` and its flags.
@@ -38,6 +43,23 @@ Objects carry ``gazette.dev/cluster=<cluster>`` (Shards also
 ``gazette.dev/unmanaged: "true"`` makes it ignore the object; ``spec.deletionPolicy``
 is ``Retain`` (default: no finalizer, so deletions never wait for the operator) or
 ``Delete`` (a finalizer holds the object until its spec left etcd).
+
+An object that comes to name another etcd key moves its spec: relabelling a Shard's
+``gazette.dev/consumer``, or changing the operator's ``--etcd.prefix`` or
+``--consumers.prefix``, writes the new key and then removes the one ``status.etcdKey``
+recorded (a ``Moved`` Event says so), unless it changed in etcd since the operator
+wrote it or another object declares it (``KeyLeftBehind`` when it is left with nothing
+declaring it). Relabelling ``gazette.dev/cluster`` to another cluster hands the object
+over: that cluster's operator writes its spec into its etcd, and this one removes it
+from its own. Removing the label, or ``gazette.dev/unmanaged``, detaches the object and
+leaves etcd as it is. ``deletionPolicy`` is about deleting the object; a move is not
+a deletion.
+
+Replicas elect a leader with the Lease ``gazette-operator-<cluster>`` (in
+``$POD_NAMESPACE``); only the leader writes to etcd and to the API server, the others
+stand by and take over when it stops (at once when it stops gracefully and releases
+the Lease, within the lease duration when it dies). RBAC for it: ``get``, ``create``
+and ``update`` on ``leases.coordination.k8s.io`` in that namespace.
 
 An object's ``metadata.labels`` outside the domains Kubernetes and the operator
 reserve are its Gazette labels, so ``kubectl get journals -l topic=logs`` lists what
@@ -52,7 +74,8 @@ reduced over its replicas, its standbys and whether it is Ready (served by a pri
 Usage::
 
     python -m gazette.operator --etcd.address http://etcd:2379 \\
-        --etcd.prefix /gazette/cluster --cluster default --namespace gazette
+        --etcd.prefix /gazette/cluster --cluster default --namespace gazette \\
+        --health.address :8080   # readinessProbe /readyz, livenessProbe /healthz, /metrics
 
 or, reconciling one object by hand::
 
@@ -74,8 +97,11 @@ from gazette.operator import (
     errors,
     events,
     handlers,
+    health,
     kube,
+    leader,
     mapping,
+    metrics,
     mirrors,
     reconcile,
     status,
@@ -114,8 +140,11 @@ __all__ = [
     "errors",
     "events",
     "handlers",
+    "health",
     "kube",
+    "leader",
     "mapping",
+    "metrics",
     "mirrors",
     "reconcile",
     "status",

@@ -1,4 +1,8 @@
-"""``python -m gazette.operator``: run the operator until SIGINT or SIGTERM."""
+"""``python -m gazette.operator``: run the operator until SIGINT or SIGTERM.
+
+Exits 0 when told to stop, 1 when this replica lost the leader Lease (it stopped
+writing; restarted, it stands by) and 2 on bad flags.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,9 @@ import asyncio
 import logging
 import sys
 
-from gazette.operator import config, runner
+from gazette.operator import config, leader, runner
+
+logger = logging.getLogger("gazette.operator")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -14,7 +20,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=cfg.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    asyncio.run(runner.run(cfg))
+    lost: list[BaseException] = []
+    try:
+        asyncio.run(runner.run(cfg))
+    except* leader.LeadershipLost as group:
+        lost.extend(group.exceptions)
+    if lost:
+        logger.error("stopped serving: leadership lost (%s)", lost[0])
+        return 1
     return 0
 
 

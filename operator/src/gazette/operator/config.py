@@ -8,7 +8,7 @@ import os
 import posixpath
 from collections.abc import Mapping, Sequence
 
-from gazette.operator import handlers, reconcile
+from gazette.operator import handlers, health, leader, reconcile
 
 __all__ = ["OperatorConfig", "parse_args"]
 
@@ -17,15 +17,17 @@ __all__ = ["OperatorConfig", "parse_args"]
 class OperatorConfig:
     """Everything the operator process is told.
 
-    Either ``namespaces`` (kopf patterns) or ``all_namespaces``. ``liveness`` is a kopf liveness endpoint
-    URL such as ``http://0.0.0.0:8080/healthz``, or empty for none.
+    Either ``namespaces`` (kopf patterns) or ``all_namespaces``. ``health`` says where
+    ``/readyz``, ``/healthz`` and ``/metrics`` are served; ``leader`` which Lease the
+    replicas elect their leader with.
     """
 
     etcd_address: str = "http://localhost:2379"
     handlers: handlers.HandlerConfig = dataclasses.field(default_factory=handlers.HandlerConfig)
     namespaces: tuple[str, ...] = ()
     all_namespaces: bool = False
-    liveness: str = ""
+    health: health.HealthConfig = dataclasses.field(default_factory=health.HealthConfig)
+    leader: leader.LeaderConfig = dataclasses.field(default_factory=leader.LeaderConfig)
     log_level: str = "INFO"
 
 
@@ -100,9 +102,67 @@ def parse_args(
         help="seconds before retrying after an etcd failure (default %(default)s)",
     )
     p.add_argument(
+        "--health.address",
+        dest="health_address",
+        default=env.get("HEALTH_ADDRESS", ""),
+        help="HOST:PORT (or :PORT) serving /readyz (the API server and etcd answer), "
+        "/healthz and /livez (the operator is not wedged) and /metrics (Prometheus); "
+        "empty serves nothing (env HEALTH_ADDRESS)",
+    )
+    p.add_argument(
         "--liveness",
         default=env.get("LIVENESS_ENDPOINT", ""),
-        help="kopf liveness endpoint, e.g. http://0.0.0.0:8080/healthz",
+        help="the same as --health.address, given as a URL such as "
+        "http://0.0.0.0:8080/healthz (env LIVENESS_ENDPOINT)",
+    )
+    p.add_argument(
+        "--health.wedged-after",
+        dest="wedged_after",
+        type=float,
+        default=float(env.get("HEALTH_WEDGED_AFTER", "120")),
+        help="/healthz fails while a reconcile, status patch or probe has gone on for "
+        "this long (env HEALTH_WEDGED_AFTER; default %(default)s)",
+    )
+    p.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=env.get("LEADER_ELECT", "true").lower() not in ("0", "false", "no"),
+        help="elect one leader among the replicas with a coordination.k8s.io Lease; the "
+        "others stand by (env LEADER_ELECT; default on)",
+    )
+    p.add_argument(
+        "--leader-elect-resource-name",
+        dest="lease_name",
+        default=env.get("LEADER_ELECT_RESOURCE_NAME", ""),
+        help="the Lease's name (default gazette-operator-<cluster>)",
+    )
+    p.add_argument(
+        "--leader-elect-resource-namespace",
+        dest="lease_namespace",
+        default=env.get("LEADER_ELECT_RESOURCE_NAMESPACE", ""),
+        help="the Lease's namespace (default $POD_NAMESPACE, else the service account's, "
+        "else the first --namespace, else default)",
+    )
+    p.add_argument(
+        "--leader-elect-lease-duration",
+        dest="lease_duration",
+        type=float,
+        default=15.0,
+        help="seconds a standby waits, the Lease unrenewed, before taking it (default %(default)s)",
+    )
+    p.add_argument(
+        "--leader-elect-renew-deadline",
+        dest="renew_deadline",
+        type=float,
+        default=10.0,
+        help="seconds the leader tries to renew before it stops serving (default %(default)s)",
+    )
+    p.add_argument(
+        "--leader-elect-retry-period",
+        dest="retry_period",
+        type=float,
+        default=2.0,
+        help="seconds between two attempts to acquire or renew (default %(default)s)",
     )
     p.add_argument(
         "--log.level",
@@ -123,6 +183,25 @@ def parse_args(
         p.error("give either --all-namespaces or --namespace (or $WATCH_NAMESPACES)")
     if args.retry_delay <= 0 or args.shard_status_interval <= 0:
         p.error("--retry-delay and --shard-status-interval must be positive")
+    address = args.health_address or args.liveness
+    if address:
+        try:
+            health.parse_address(address)
+        except ValueError as e:
+            p.error(f"--health.address: {e}")
+    if args.wedged_after <= 0:
+        p.error("--health.wedged-after must be positive")
+    try:
+        elect = leader.LeaderConfig(
+            enabled=args.leader_elect,
+            name=args.lease_name or f"gazette-operator-{args.cluster}",
+            namespace=args.lease_namespace or leader.default_namespace(tuple(namespaces), env),
+            lease_duration=args.lease_duration,
+            renew_deadline=args.renew_deadline,
+            retry_period=args.retry_period,
+        )
+    except ValueError as e:
+        p.error(str(e))
     return OperatorConfig(
         etcd_address=args.etcd_address,
         handlers=handlers.HandlerConfig(
@@ -135,6 +214,7 @@ def parse_args(
         ),
         namespaces=tuple(namespaces),
         all_namespaces=args.all_namespaces,
-        liveness=args.liveness,
+        health=health.HealthConfig(address=address, wedged_after=args.wedged_after),
+        leader=elect,
         log_level=args.log_level,
     )

@@ -14,6 +14,12 @@ per-object timer (kopf would put a finalizer on every object to stop it):
 * **Names changing hands.** When the object owning a key goes (deleted, its name or
   cluster changed, unmanaged), the next oldest object declaring the key is
   reconciled and takes it over; the others' ``ResourceConflict`` messages follow.
+* **Objects moving to another cluster.** When an object's ``gazette.dev/cluster``
+  label changes to another cluster, that cluster's operator writes its spec into its
+  etcd, and this one removes the key the object's status recorded from its own
+  (:func:`gazette.operator.reconcile.release`: only if it still holds what this
+  operator wrote and no other object here declares it). Removing the label, or
+  ``gazette.dev/unmanaged``, detaches the object instead: etcd is left as it is.
 * **Retries.** A reconcile here that meets an etcd failure is tried again after
   ``retry_delay``, like kopf retries its handlers.
 * **Shard status.** A Shard's replicas (``<app prefix>/assign``) are re-read from the
@@ -41,11 +47,13 @@ import asyncio
 import dataclasses
 import datetime
 import logging
+import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from gazette import keyspace
-from gazette.operator import assignments, crd, errors, events, kube, reconcile, status
+from gazette.operator import assignments, crd, errors, events, kube, metrics, reconcile, status
+from gazette.operator import health as health_
 
 __all__ = ["Controller", "ControllerConfig", "shard_target"]
 
@@ -73,6 +81,9 @@ class ControllerConfig:
     retry_delay: float = 5.0
     status_interval: float = 2.0
     settle_delay: float = 0.5
+
+
+_Departed = tuple[reconcile.SpecKind, Mapping[str, Any], Mapping[str, Any]]
 
 
 def _now() -> datetime.datetime:
@@ -187,8 +198,10 @@ class Controller:
         views: assignments.AssignmentViews,
         *,
         clock: Callable[[], datetime.datetime] = _now,
+        health: health_.Health | None = None,
     ) -> None:
         self._config = config
+        self._health = health or health_.Health()
         self._store = store
         self._api = api
         self._views = views
@@ -199,6 +212,9 @@ class Controller:
         self._roots: dict[str, reconcile.SpecKind] = {}
         self._resync = _Due()
         self._forced: set[tuple[str, str]] = set()
+        # Objects that moved to another cluster: uid -> (kind, last body served, new body).
+        self._departed: dict[str, _Departed] = {}
+        self._departures = _Due()
         self._status = _Due()
         self._status_written: dict[str, float] = {}
         self._mirrors.listen(self._on_keys)
@@ -220,11 +236,17 @@ class Controller:
         objects = self._objects[kind.crd.kind]
         uid = str(_meta(body).get("uid", ""))
         if event_type == "DELETED" or not self.serves(body):
+            previous = objects.bodies.get(uid)
             left = objects.pop(uid)
             self._status_written.pop(uid, None)
             if left is not None and left in objects.by_key:
                 self._take_over(kind, left)
+            if event_type != "DELETED" and previous is not None and self._went_elsewhere(body):
+                self._departed[uid] = (kind, previous, body)
+                # After settle_delay, so the other cluster's operator has written it first.
+                self._departures.add(uid, self._config.settle_delay)
             return
+        self._departed.pop(uid, None)  # Back before its key was released: nothing to do.
         key = reconcile.claim_key(body, kind, self._config.reconcile)
         left = objects.put(uid, body, key)
         if left is not None and left in objects.by_key:
@@ -235,6 +257,16 @@ class Controller:
                 self._follow(f"{target[0]}/items", reconcile.SHARDS)
                 self._views.follow(target[0])
             self._status.add(uid)
+
+    def _went_elsewhere(self, body: Mapping[str, Any]) -> bool:
+        """Whether ``body`` now belongs to another cluster (not just unlabelled or detached)."""
+        cluster = (_meta(body).get("labels") or {}).get(crd.CLUSTER_LABEL)
+        return (
+            bool(cluster)
+            and cluster != self._config.cluster
+            and not reconcile.is_unmanaged(body)
+            and not reconcile.is_paused(body)
+        )
 
     def _take_over(self, kind: reconcile.SpecKind, key: str) -> None:
         """The owner of ``key`` changed: reconcile whoever declares it now."""
@@ -288,6 +320,7 @@ class Controller:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._mirrors.run(), name="etcd mirrors")
             tg.create_task(self._loop(self._resync, self._resync_key), name="resync")
+            tg.create_task(self._loop(self._departures, self._release), name="departures")
             tg.create_task(self._loop(self._status, self._shard_status), name="shard status")
 
     async def _loop(self, due: _Due, handle: Callable[[Any], Any]) -> None:
@@ -295,7 +328,8 @@ class Controller:
 
         async def one(item: Hashable) -> None:
             async with limit:
-                await handle(item)
+                with self._health.working(f"{handle.__name__.lstrip('_')} {item}"):
+                    await handle(item)
 
         while True:
             items = await due.take()
@@ -307,6 +341,7 @@ class Controller:
         """Handle, one at a time, whatever is due now (tests drive the controller so)."""
         for due, handle in (
             (self._resync, self._resync_key),
+            (self._departures, self._release),
             (self._status, self._shard_status),
         ):
             for item in due.take_ready():
@@ -315,6 +350,34 @@ class Controller:
     def pending(self) -> tuple[int, int]:
         """(resyncs, status evaluations) waiting."""
         return len(self._resync), len(self._status)
+
+    def queues(self) -> dict[str, int]:
+        """The work waiting in each queue, by name (``gazette_operator_pending``)."""
+        return {
+            "resync": len(self._resync),
+            "release": len(self._departures),
+            "shard_status": len(self._status),
+        }
+
+    def census(self) -> dict[tuple[str, str, str, str], int]:
+        """The objects served, by (kind, condition type, status, reason) of each condition."""
+        out: dict[tuple[str, str, str, str], int] = {}
+        for kind_name, objects in self._objects.items():
+            for body in objects.bodies.values():
+                conditions = (body.get("status") or {}).get("conditions") or ()
+                if not conditions:
+                    labels = (kind_name, "", "", "")
+                    out[labels] = out.get(labels, 0) + 1
+                for cond in conditions:
+                    if isinstance(cond, Mapping):
+                        labels = (
+                            kind_name,
+                            str(cond.get("type", "")),
+                            str(cond.get("status", "")),
+                            str(cond.get("reason", "")),
+                        )
+                        out[labels] = out.get(labels, 0) + 1
+        return out
 
     # --- Resync: the objects naming one key -----------------------------------
 
@@ -345,12 +408,20 @@ class Controller:
             logger.info("%s changed in etcd behind the operator's back: restoring it", key)
         # The owner first: the others' conflict messages name it.
         order = [owner] + [i for i in range(len(bodies)) if i != owner]
+        objects = self._objects[kind_name]
         for i in order if forced else [owner]:
             body = bodies[i]
             others = claims[:i] + claims[i + 1 :]
+            started = time.perf_counter()
             outcome = await reconcile.reconcile(
-                body, kind, self._config.reconcile, self._store, others
+                body,
+                kind,
+                self._config.reconcile,
+                self._store,
+                others,
+                claimed=lambda other: [reconcile.claim_of(b) for b in objects.naming(other)],
             )
+            metrics.observe(kind, body, outcome, time.perf_counter() - started, self._clock())
             ok = await self._report(kind, body, outcome, restored=restored and i == owner)
             if outcome.retry or not ok:
                 # Again later, in full: etcd failed, or the object changed meanwhile.
@@ -382,9 +453,52 @@ class Controller:
             result = await self._patch(kind, body, new)
             if result is not kube.PatchResult.OK:
                 return result is kube.PatchResult.GONE
-        if event is not None:
-            await self._api.post_event(body, event)
+        for one in (event, events.for_move(outcome)):
+            if one is not None:
+                await self._api.post_event(body, one)
         return True
+
+    # --- Objects gone to another cluster --------------------------------------
+
+    async def _release(self, item: Any) -> None:
+        """Remove from this cluster's etcd the spec of an object now another cluster's."""
+        uid = str(item)
+        departed = self._departed.pop(uid, None)
+        if departed is None:
+            return
+        kind, previous, body = departed
+        held = reconcile.recorded(previous)
+        if held is None or held.cluster not in (None, self._config.cluster):
+            return
+        # Key strings do not tell etcds apart: two clusters' operators on one etcd and one
+        # prefix (a setup to avoid) would see this delete undone by the other's watch.
+        objects = self._objects[kind.crd.kind]
+        claims = [reconcile.claim_of(b) for b in objects.naming(held.key)]
+        try:
+            moved = await reconcile.release(previous, kind, self._store, held, claims)
+        except errors.SpecStoreError as e:
+            metrics.errors.labels(kind.crd.kind, "etcd").inc()
+            logger.warning("releasing %s: %s (retrying)", held.key, e)
+            self._departed.setdefault(uid, departed)
+            self._departures.add(uid, self._config.retry_delay)
+            return
+        cluster = (_meta(body).get("labels") or {}).get(crd.CLUSTER_LABEL)
+        if moved.warning:
+            logger.warning("%s", moved.message)
+            event = events.Event(events.WARNING, "KeyLeftBehind", moved.message)
+        elif moved.deleted:
+            if moved.revision:
+                metrics.etcd_writes.labels(kind.crd.kind, "delete").inc()
+            logger.info("%s moved to cluster %s: %s", held.key, cluster, moved.message)
+            event = events.Event(
+                events.NORMAL,
+                "Moved",
+                f"the object is cluster {cluster}'s now: {moved.message} "
+                f"(cluster {self._config.cluster}'s etcd)",
+            )
+        else:
+            return
+        await self._api.post_event(body, event)
 
     async def _patch(
         self, kind: reconcile.SpecKind, body: Mapping[str, Any], new: Mapping[str, Any]
@@ -399,6 +513,7 @@ class Controller:
                 meta.get("resourceVersion"),
             )
         except errors.KubeAPIError as e:
+            metrics.errors.labels(kind.crd.kind, "kube").inc()
             logger.warning(
                 "patching the status of %s/%s: %s", meta.get("namespace"), meta.get("name"), e
             )

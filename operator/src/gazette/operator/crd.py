@@ -293,7 +293,21 @@ def _status(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
                 "format": "int64",
                 "description": "Etcd mod revision of the spec's key as last written or seen.",
             },
-            "etcdKey": {"type": "string", "description": "The etcd key of the spec."},
+            "etcdKey": {
+                "type": "string",
+                "description": (
+                    "The etcd key holding the spec. When the object comes to name another "
+                    "key (its gazette.dev/consumer label, or the operator's etcd prefix, "
+                    "changed), the spec moves: the new key is written and this one removed."
+                ),
+            },
+            "cluster": {
+                "type": "string",
+                "description": (
+                    "The Gazette cluster (gazette.dev/cluster) whose operator wrote etcdKey, "
+                    "into its etcd."
+                ),
+            },
             LAST_HANDLED_FIELD: {
                 "type": "string",
                 "description": (

@@ -11,6 +11,11 @@ the reconcile condition (``Ready`` on Journals, ``Applied`` on Shards):
   write of a new value (an edit, or a spec put back after an out-of-band edit);
   ``Normal`` ``Paused`` when the object is paused.
 
+Beside it, :func:`for_move` tells what became of the key an object held before it
+named another (:class:`~gazette.operator.reconcile.Move`): ``Normal`` ``Moved`` when the
+old key was removed, ``Warning`` ``KeyLeftBehind`` when it was left with nothing
+declaring it.
+
 Pure functions: :func:`for_outcome` answers the Event, the caller delivers it
 (``kopf.event`` in handlers, :meth:`gazette.operator.kube.KubeClient.post_event`
 elsewhere), so a large ``kubectl apply`` costs one Event an object, not one a pass.
@@ -30,7 +35,7 @@ from typing import Any
 
 from gazette.operator import reconcile, status
 
-__all__ = ["NORMAL", "WARNING", "WARNING_REASONS", "Event", "for_outcome"]
+__all__ = ["NORMAL", "WARNING", "WARNING_REASONS", "Event", "for_move", "for_outcome"]
 
 NORMAL = "Normal"
 WARNING = "Warning"
@@ -81,3 +86,19 @@ def for_outcome(
         return None
     kind = WARNING if reason in WARNING_REASONS else NORMAL
     return Event(kind, str(reason), outcome.message)
+
+
+def for_move(outcome: reconcile.Outcome) -> Event | None:
+    """The Event telling what became of the key the object held before ``outcome``, if any.
+
+    None when nothing moved, or the old key was left to the object declaring it now.
+    """
+    moved = outcome.moved
+    if moved is None:
+        return None
+    if moved.warning:
+        return Event(WARNING, "KeyLeftBehind", moved.message)
+    if not moved.deleted:
+        return None
+    where = f" to {outcome.key}" if outcome.key and outcome.key != moved.key else ""
+    return Event(NORMAL, "Moved", f"the spec moved from {moved.key}{where}: {moved.message}")

@@ -34,16 +34,19 @@ Objects are those labelled ``gazette.dev/cluster=<cluster>``, without
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
 
 from gazette.operator import controller as controller_
-from gazette.operator import crd, errors, events, kube, reconcile, status
+from gazette.operator import crd, errors, events, kube, metrics, reconcile, status
+from gazette.operator import health as health_
 
 __all__ = [
     "PROGRESS_PREFIX",
@@ -63,6 +66,11 @@ _logger = logging.getLogger(__name__)
 
 PROGRESS_PREFIX = f"kopf.{crd.GROUP}"
 """Where kopf keeps its handlers' progress (annotations ``kopf.gazette.dev/...``)."""
+
+_WATCH_SERVER_TIMEOUT = 300  # Seconds a watch lasts before it is made anew (an int: the API
+# server parses timeoutSeconds as one).
+_CONNECT_TIMEOUT = 30.0
+_REQUEST_TIMEOUT = 60.0
 
 Post = Callable[[Mapping[str, Any], events.Event], None]
 """Posts an Event about an object (``kopf.event`` in handlers; a list in tests)."""
@@ -99,8 +107,13 @@ class HandlerConfig:
         )
 
 
-def operator_settings(settings: kopf.OperatorSettings | None = None) -> kopf.OperatorSettings:
+def operator_settings(
+    settings: kopf.OperatorSettings | None = None, *, instance: str = ""
+) -> kopf.OperatorSettings:
     """kopf settings of the operator: our own finalizer and annotation names, our Events only.
+
+    ``instance`` is the ``reportingInstance`` of the Events kopf posts (the leader
+    election's identity, so ``kubectl events`` tells the replicas apart).
 
     The finalizer is ``gazette.dev/delete-spec``, which kopf adds only for the handlers
     that require one: the deletion handler of ``deletionPolicy: Delete`` objects.
@@ -124,6 +137,18 @@ def operator_settings(settings: kopf.OperatorSettings | None = None) -> kopf.Ope
     settings.posting.enabled = True
     settings.posting.loggers = False
     settings.posting.reporting_component = kube.COMPONENT
+    if instance:
+        settings.posting.reporting_instance = instance
+    # Watches end on our side too, not only when the API server ends them: a connection
+    # that silently died (a NAT or load balancer dropping it) is re-made within
+    # client_timeout, and one that says nothing for inactivity_timeout (the API server
+    # sends bookmarks every minute) sooner. Other requests are bounded as well, so a
+    # handler never waits on the API server for longer than liveness tolerates.
+    settings.watching.server_timeout = _WATCH_SERVER_TIMEOUT
+    settings.watching.client_timeout = _WATCH_SERVER_TIMEOUT + 30
+    settings.watching.connect_timeout = _CONNECT_TIMEOUT
+    settings.networking.connect_timeout = _CONNECT_TIMEOUT
+    settings.networking.request_timeout = _REQUEST_TIMEOUT
     return settings
 
 
@@ -133,7 +158,8 @@ def _now() -> datetime.datetime:
 
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     """In a pod: the service account. Elsewhere: $KUBECONFIG or ~/.kube/config."""
-    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+    settings = kwargs.get("settings")
+    return kube.login(settings if isinstance(settings, kopf.OperatorSettings) else None)
 
 
 def _no_post(body: Mapping[str, Any], event: events.Event) -> None:
@@ -162,27 +188,51 @@ async def on_apply(
     clock: Callable[[], datetime.datetime] = _now,
     logger: Any = _logger,
     post: Post = _no_post,
+    health: health_.Health | None = None,
 ) -> reconcile.Outcome:
     """The resume / create / update handler: reconcile, then patch the status.
 
     ``index`` is the kind's claims index (``key -> claims``). Puts the new status into
     ``patch["status"]`` only when it differs, and posts the Event of a transition;
     raises ``kopf.TemporaryError`` after an etcd failure, so kopf retries (the status
-    saying EtcdError is patched still).
+    saying EtcdError is patched still). The reconcile is counted in
+    :mod:`gazette.operator.metrics` and tracked by ``health`` (liveness).
     """
     key = reconcile.claim_key(body, kind, config.reconcile)
-    outcome = await reconcile.reconcile(body, kind, config.reconcile, store, _claims(index, key))
+    started = time.perf_counter()
+    with _working(health, "reconcile", kind, body):
+        outcome = await reconcile.reconcile(
+            body,
+            kind,
+            config.reconcile,
+            store,
+            _claims(index, key),
+            claimed=lambda other: _claims(index, other),
+        )
+    metrics.observe(kind, body, outcome, time.perf_counter() - started, clock())
     condition = status.APPLIED if kind is reconcile.SHARDS else status.READY
     new = status.status_for(body, outcome, clock(), kind=condition)
     if new is not None:
         patch.setdefault("status", {}).update(new)
         logger.info("%s: %s", outcome.reason, outcome.message)
-    event = events.for_outcome(body, outcome, condition)
-    if event is not None:
-        post(body, event)
+    for event in (events.for_outcome(body, outcome, condition), events.for_move(outcome)):
+        if event is not None:
+            post(body, event)
+    if outcome.moved is not None:
+        log = logger.warning if outcome.moved.warning else logger.info
+        log("moved: %s", outcome.moved.message)
     if outcome.retry:
         raise kopf.TemporaryError(outcome.message, delay=config.retry_delay)
     return outcome
+
+
+def _working(
+    health: health_.Health | None, what: str, kind: reconcile.SpecKind, body: Mapping[str, Any]
+) -> contextlib.AbstractContextManager[None]:
+    if health is None:
+        return contextlib.nullcontext()
+    meta = body.get("metadata") or {}
+    return health.working(f"{what} {kind.crd.kind} {meta.get('namespace')}/{meta.get('name')}")
 
 
 async def on_delete(
@@ -193,6 +243,7 @@ async def on_delete(
     index: Any = None,
     *,
     logger: Any = _logger,
+    health: health_.Health | None = None,
 ) -> str:
     """The deletion handler (``deletionPolicy: Delete``): remove the spec from etcd.
 
@@ -200,8 +251,17 @@ async def on_delete(
     """
     key = reconcile.claim_key(body, kind, config.reconcile)
     try:
-        message = await reconcile.delete(body, kind, config.reconcile, store, _claims(index, key))
+        with _working(health, "delete", kind, body):
+            message = await reconcile.delete(
+                body,
+                kind,
+                config.reconcile,
+                store,
+                _claims(index, key),
+                claimed=lambda other: _claims(index, other),
+            )
     except errors.SpecStoreError as e:
+        metrics.errors.labels(kind.crd.kind, "etcd").inc()
         raise kopf.TemporaryError(str(e), delay=config.retry_delay) from e
     logger.info("deletionPolicy Delete: %s", message)
     return message
@@ -273,11 +333,13 @@ def build_registry(
     credentials: kube.Credentials | None = None,
     clock: Callable[[], datetime.datetime] = _now,
     post: Post = kopf_post,
+    health: health_.Health | None = None,
 ) -> kopf.OperatorRegistry:
     """A kopf registry serving Journals and Shards of ``config.cluster`` into ``store``.
 
     ``controller`` hears of every object event (out-of-band etcd edits, names changing
-    hands, Shard status); ``credentials`` receive what kopf logged in with.
+    hands, Shard status); ``credentials`` receive what kopf logged in with; ``health``
+    tracks the handlers' work (liveness).
     """
     registry = kopf.OperatorRegistry()
 
@@ -289,7 +351,7 @@ def build_registry(
 
     kopf.on.login(registry=registry)(login_and_share)
     for kind in (reconcile.JOURNALS, reconcile.SHARDS):
-        _register(registry, kind, config, store, controller, clock, post)
+        _register(registry, kind, config, store, controller, clock, post, health)
     return registry
 
 
@@ -313,6 +375,7 @@ def _register(
     controller: controller_.Controller | None,
     clock: Callable[[], datetime.datetime],
     post: Post,
+    health: health_.Health | None,
 ) -> None:
     resource = (crd.GROUP, crd.VERSION, kind.crd.plural)
     filters = _filters(config, registry)
@@ -335,6 +398,7 @@ def _register(
             clock=clock,
             logger=logger,
             post=post,
+            health=health,
         )
 
     apply.__name__ = f"apply_{kind.crd.singular}"
@@ -343,7 +407,9 @@ def _register(
     kopf.on.update(*resource, id=f"apply_{kind.crd.singular}", **filters)(apply)
 
     async def remove(body: kopf.Body, logger: Any, **kwargs: Any) -> None:
-        await on_delete(body, kind, config, store, kwargs.get(index_name), logger=logger)
+        await on_delete(
+            body, kind, config, store, kwargs.get(index_name), logger=logger, health=health
+        )
 
     kopf.on.delete(
         *resource,

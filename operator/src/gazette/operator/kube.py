@@ -1,10 +1,14 @@
-"""The operator's own few calls to the API server: patch a status, post an Event.
+"""The operator's own few calls to the API server: patch a status, post an Event, hold a Lease.
 
 kopf writes what its handlers return. What happens outside them, driven by the
 etcd watches of :mod:`gazette.operator.controller` (a spec put back after an
 out-of-band edit, a name taken over when its owner goes, a Shard's replicas),
 is written here, with the credentials kopf logged in with
-(:class:`Credentials`, filled by the login handler) over one aiohttp session.
+(:class:`Credentials`, filled by the login handler, or by :func:`login` before kopf
+runs: a standby replica runs no kopf) over one aiohttp session. So are the
+leader election's reads and writes of its ``coordination.k8s.io`` Lease
+(:class:`LeaseAPI`, :mod:`gazette.operator.leader`) and the readiness probe's
+``GET /version`` (:meth:`KubeClient.check`).
 
 Status patches are JSON merge patches of the status subresource carrying the
 ``metadata.resourceVersion`` they were computed from, so a patch made from a stale
@@ -34,7 +38,15 @@ import kopf
 
 from gazette.operator import crd, errors, events
 
-__all__ = ["COMPONENT", "Credentials", "KubeAPI", "KubeClient", "PatchResult"]
+__all__ = [
+    "COMPONENT",
+    "Credentials",
+    "KubeAPI",
+    "KubeClient",
+    "LeaseAPI",
+    "PatchResult",
+    "login",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +87,37 @@ class KubeAPI(Protocol):
         ...
 
 
+class LeaseAPI(Protocol):
+    """Reads and writes of ``coordination.k8s.io/v1`` Leases (the leader election's)."""
+
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Lease, or None when there is none. Raises KubeAPIError."""
+        ...
+
+    async def create_lease(self, namespace: str, lease: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Create ``lease``; None when one of that name exists already. Raises KubeAPIError."""
+        ...
+
+    async def replace_lease(
+        self, namespace: str, name: str, lease: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Replace the Lease if it is still at ``lease``'s resourceVersion; None if it is not.
+
+        Raises KubeAPIError.
+        """
+        ...
+
+
+def login(settings: kopf.OperatorSettings | None = None) -> kopf.ConnectionInfo | None:
+    """In a pod: the service account. Elsewhere: $KUBECONFIG or ~/.kube/config (as kopf's).
+
+    Raises ``kopf.LoginError`` (or OSError) when the kubeconfig is unusable."""
+    settings = settings or kopf.OperatorSettings()
+    return kopf.login_with_service_account(settings=settings) or kopf.login_with_kubeconfig(
+        settings=settings
+    )
+
+
 class Credentials:
     """The latest credentials kopf logged in with: its login handler stores them here."""
 
@@ -102,25 +145,29 @@ class KubeClient:
     """:class:`KubeAPI` over aiohttp, with the credentials kopf logged in with.
 
     One session per set of credentials (re-made when kopf logs in again, e.g. after a
-    rotated token); ``timeout`` bounds each request. Call :meth:`close` when done.
+    rotated token); ``timeout`` bounds each request; ``instance`` is the Events'
+    ``reportingInstance`` (the leader election's identity; default the host name).
+    Call :meth:`close` when done.
     """
 
-    def __init__(self, credentials: Credentials, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self, credentials: Credentials, *, timeout: float = 30.0, instance: str = ""
+    ) -> None:
         self._credentials = credentials
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
         self._session_info: kopf.ConnectionInfo | None = None
-        self._instance = socket.gethostname()
+        self._instance = instance or socket.gethostname()
 
     async def _session_for(self) -> tuple[aiohttp.ClientSession, str]:
         info = await self._credentials.wait()
         if self._session is None or self._session_info is not info:
             if self._session is not None:
                 await self._session.close()
+            # as_http_headers() carries the token or the basic auth, whichever there is.
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(ssl=info.as_ssl_context()),
                 headers={**info.as_http_headers(), "User-Agent": COMPONENT},
-                auth=info.as_aiohttp_basic_auth(),
                 timeout=self._timeout,
             )
             self._session_info = info
@@ -217,3 +264,51 @@ class KubeClient:
             logger.warning(
                 "posting event %s about %s/%s: %s", event.reason, namespace, meta.get("name"), e
             )
+
+    # --- Leases and probes ------------------------------------------------------
+
+    async def _call(
+        self, method: str, path: str, body: Mapping[str, Any] | None = None
+    ) -> tuple[int, Any]:
+        """(status, decoded JSON or None) of one request; raises KubeAPIError on transport
+        failures and on statuses other than 2xx, 404 and 409."""
+        session, server = await self._session_for()
+        try:
+            async with session.request(
+                method, f"{server}{path}", json=None if body is None else dict(body)
+            ) as resp:
+                if resp.status in (404, 409):
+                    return resp.status, None
+                if resp.status >= 300:
+                    text = await resp.text()
+                    raise errors.KubeAPIError(
+                        f"{method} {path}: {resp.status} {text[:500]}", status=resp.status
+                    )
+                return resp.status, await resp.json()
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise errors.KubeAPIError(f"{method} {path}: {e or type(e).__name__}") from e
+
+    @staticmethod
+    def _leases(namespace: str) -> str:
+        return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        _, got = await self._call("GET", f"{self._leases(namespace)}/{name}")
+        return dict(got) if got is not None else None
+
+    async def create_lease(self, namespace: str, lease: Mapping[str, Any]) -> dict[str, Any] | None:
+        _, got = await self._call("POST", self._leases(namespace), lease)
+        return dict(got) if got is not None else None
+
+    async def replace_lease(
+        self, namespace: str, name: str, lease: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        # PUT carries metadata.resourceVersion: the API server refuses it (409) when the
+        # Lease changed since it was read, so of two replicas racing, one wins.
+        _, got = await self._call("PUT", f"{self._leases(namespace)}/{name}", lease)
+        return dict(got) if got is not None else None
+
+    async def check(self) -> None:
+        """``GET /version`` with the operator's credentials: raises KubeAPIError unless the
+        API server answers and accepts them (a rejected token is a 401)."""
+        await self._call("GET", "/version")

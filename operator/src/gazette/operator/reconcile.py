@@ -25,6 +25,16 @@ The rules:
   unchanged objects writes nothing). A JournalSpec's ``suspend``, which brokers
   write, is carried over from etcd.
 * A paused object writes nothing and reports ``Paused``.
+* An object that names another key than the one its ``status.etcdKey`` records
+  (its ``gazette.dev/consumer`` label changed, or the operator's ``--etcd.prefix``
+  or ``--consumers.prefix`` did) *moves* its spec: the new key is written, then the
+  old one removed (:func:`release`), so one key holds it. The old key is removed only
+  when it still holds what this object put there (its mod revision is the recorded
+  ``status.modRevision``, or its value is the declared spec but for a journal's
+  ``suspend``), no other object declares it (the next one takes it over instead), and
+  the status says this cluster's operator wrote it (``status.cluster``); otherwise it
+  is left, with a Warning. Moving ignores ``deletionPolicy``, which is
+  about deleting the object: the object lives on, elsewhere.
 """
 
 from __future__ import annotations
@@ -46,9 +56,12 @@ __all__ = [
     "JOURNALS",
     "SHARDS",
     "Claim",
+    "Claimed",
+    "Move",
     "Outcome",
     "Reason",
     "ReconcileConfig",
+    "Recorded",
     "SpecKind",
     "SpecStore",
     "Stored",
@@ -60,6 +73,8 @@ __all__ = [
     "is_paused",
     "is_unmanaged",
     "reconcile",
+    "recorded",
+    "release",
 ]
 
 logger = logging.getLogger(__name__)
@@ -132,13 +147,55 @@ class Claim:
         return f"{self.namespace}/{self.name}"
 
 
+Claimed = Callable[[str], Iterable[Claim]]
+"""The claims of the objects naming an etcd key (kopf's index, or the controller's)."""
+
+
+def _nobody(key: str) -> Iterable[Claim]:
+    del key
+    return ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Recorded:
+    """Where an object's status says its spec is: ``status.etcdKey`` and what goes with it.
+
+    ``mod_revision`` is ``status.modRevision`` (0 when unknown); ``cluster`` is
+    ``status.cluster``, the ``gazette.dev/cluster`` of the operator that wrote it (None on
+    objects written before it was recorded).
+    """
+
+    key: str
+    mod_revision: int = 0
+    cluster: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Move:
+    """What became of the key an object held before (its ``status.etcdKey``).
+
+    ``deleted``: it was removed (or was gone already); otherwise it was left, to the
+    objects declaring it now or because it changed since this object wrote it.
+    ``warning``: it was left although nothing else declares it (an orphan, told in a
+    Warning Event). ``message`` says which; ``revision`` is etcd's after the delete (0
+    when there was nothing to delete).
+    """
+
+    key: str
+    deleted: bool
+    message: str
+    warning: bool = False
+    revision: int = 0
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Outcome:
     """What one reconcile did: the Ready condition's reason and message, and where.
 
     ``retry`` asks the caller to try again later (etcd failed); ``mod_revision`` is the
     key's revision after an ``Applied`` outcome, and ``wrote`` says this reconcile put it
-    there (etcd held something else).
+    there (etcd held something else). ``moved`` tells what became of the key the object
+    held before, when it now names another one.
     """
 
     reason: Reason
@@ -147,6 +204,7 @@ class Outcome:
     mod_revision: int = 0
     retry: bool = False
     wrote: bool = False
+    moved: Move | None = None
 
     @property
     def ready(self) -> bool:
@@ -319,6 +377,145 @@ def _owner(me: Claim, claims: Iterable[Claim]) -> Claim:
     return min((me, *claims), key=Claim.order)
 
 
+def recorded(body: Mapping[str, Any]) -> Recorded | None:
+    """Where the object's status says its spec is (``status.etcdKey``), if it says."""
+    st = body.get("status")
+    if not isinstance(st, Mapping):
+        return None
+    key = st.get("etcdKey")
+    if not isinstance(key, str) or not key:
+        return None
+    revision = st.get("modRevision")
+    cluster = st.get("cluster")
+    return Recorded(
+        key,
+        revision if isinstance(revision, int) and not isinstance(revision, bool) else 0,
+        cluster if isinstance(cluster, str) else None,
+    )
+
+
+def _split(key: str) -> tuple[str, str] | None:
+    # (root, name) of `<root>/items/<name>`: the first "/items/" (roots are clean paths
+    # without one in practice; journal names may hold one).
+    root, sep, name = key.partition("/items/")
+    if not sep or not root.startswith("/") or not name:
+        return None
+    return root, name
+
+
+async def release(
+    body: Mapping[str, Any],
+    kind: SpecKind,
+    store: SpecStore,
+    held: Recorded,
+    claims: Iterable[Claim] = (),
+) -> Move:
+    """Remove ``held.key``, where object ``body`` kept its spec before it named another key.
+
+    Left alone when another object declares it (``claims``, the object's own claim
+    aside: the oldest of them takes it over), or when it changed since the object wrote
+    it (its mod revision is not ``held.mod_revision`` and its value is not the spec the
+    object declares, suspension aside), or when it holds no spec of the same name.
+    Raises SpecStoreError when etcd fails.
+    """
+    me = claim_of(body)
+    others = sorted((c for c in claims if c.uid != me.uid), key=Claim.order)
+    if others:
+        return Move(held.key, False, f"{held.key} is left to {others[0]}, which declares it")
+    split = _split(held.key)
+    if split is None:
+        return Move(held.key, False, f"{held.key} is no item key: left alone", warning=True)
+    root, name = split
+    current = await store.get(root, name)
+    if current is None:
+        return Move(held.key, True, f"{held.key} is not in etcd")
+    if (
+        held.mod_revision
+        and current.mod_revision != held.mod_revision
+        and not _holds_declared(body, kind, current.value)
+    ):
+        return Move(
+            held.key,
+            False,
+            f"{held.key} changed in etcd (mod revision {current.mod_revision}) since this "
+            f"object wrote it (mod revision {held.mod_revision}): left in etcd, remove it "
+            "by hand if it is no longer wanted",
+            warning=True,
+        )
+    try:
+        item = kind.item(kind.decode(current.value))
+    except pbmessage.DecodeError:
+        item = None
+    if item != name:
+        return Move(
+            held.key,
+            False,
+            f"{held.key} holds no {kind.crd.kind} spec {name!r}: left alone",
+            warning=True,
+        )
+    result = await store.apply(root, [keyspace.Change(name, None, current.mod_revision)])
+    if not result.succeeded:
+        return Move(
+            held.key,
+            False,
+            f"{held.key} changed in etcd while it was being removed: left in etcd",
+            warning=True,
+        )
+    logger.info("deleted %s at revision %d: its object moved", held.key, result.revision)
+    return Move(
+        held.key,
+        True,
+        f"removed {held.key} at revision {result.revision}",
+        revision=result.revision,
+    )
+
+
+def _holds_declared(body: Mapping[str, Any], kind: SpecKind, value: bytes) -> bool:
+    """Whether ``value`` is the spec ``body`` declares, but for what etcd owns (a journal's
+    ``suspend``, which brokers write without the object knowing the new mod revision)."""
+    spec = body.get("spec")
+    try:
+        desired = kind.build(spec if isinstance(spec, Mapping) else {}, _meta(body).get("labels"))
+        current = kind.decode(value)
+    except (errors.InvalidSpecError, pbmessage.DecodeError):
+        return False
+    kind.carry(current, desired)
+    return bool(current == desired)
+
+
+def _moved_from(body: Mapping[str, Any], key: str) -> Recorded | None:
+    """The key the object held before, if it now names another one (and this cluster's)."""
+    held = recorded(body)
+    if held is None or held.key == key:
+        return None
+    cluster = _strings(_meta(body).get("labels")).get(crd.CLUSTER_LABEL)
+    if held.cluster is not None and held.cluster != cluster:
+        # Another cluster's operator wrote it, into its etcd: that one removes it.
+        return None
+    return held
+
+
+async def _move(
+    body: Mapping[str, Any],
+    kind: SpecKind,
+    store: SpecStore,
+    held: Recorded,
+    claimed: Claimed,
+    outcome: Outcome,
+) -> Outcome:
+    try:
+        moved = await release(body, kind, store, held, claimed(held.key))
+    except errors.SpecStoreError as e:
+        # The status keeps the old key, so the next attempt tries again.
+        return Outcome(
+            Reason.ETCD_ERROR,
+            f"removing {held.key}, where this object's spec was before: {e}",
+            key=held.key,
+            retry=True,
+        )
+    return dataclasses.replace(outcome, moved=moved)
+
+
 def declared(
     body: Mapping[str, Any], kind: SpecKind, config: ReconcileConfig
 ) -> tuple[str, str, pbmessage.Message]:
@@ -364,12 +561,15 @@ async def reconcile(
     config: ReconcileConfig,
     store: SpecStore,
     claims: Iterable[Claim] = (),
+    *,
+    claimed: Claimed = _nobody,
 ) -> Outcome:
     """Make etcd hold the spec that object ``body`` declares, if it may; say what happened.
 
     ``claims`` are the other objects naming the same key (the object's own claim may be
-    among them). Never raises for etcd failures: they come back as ``EtcdError`` with
-    ``retry`` set.
+    among them); ``claimed`` answers them for any key, for the key the object held
+    before when it moves (see the module's docstring). Never raises for etcd failures:
+    they come back as ``EtcdError`` with ``retry`` set.
     """
     if is_paused(body):
         return Outcome(Reason.PAUSED, f"annotation {crd.PAUSED_ANNOTATION} is set: etcd untouched")
@@ -378,23 +578,31 @@ async def reconcile(
     except (errors.InvalidSpecError, pb.ValidationError) as e:
         return Outcome(Reason.INVALID_SPEC, str(e))
     key = keyspace.item_key(root, name)
+    held = _moved_from(body, key)
     me = claim_of(body)
     owner = _owner(me, claims)
     if owner != me:
-        return Outcome(
+        outcome = Outcome(
             Reason.RESOURCE_CONFLICT,
             f"{kind.crd.kind} {owner} declared {name!r} first; this object is ignored",
             key=key,
         )
-    try:
-        if kind.references is not None:
-            problem = await kind.references(desired, config, store)
-            if problem is not None:
-                # Retried: the journal may be applied just after the shard.
-                return Outcome(Reason.INVALID_SPEC, problem, key=key, retry=True)
-        return await _write(store, root, name, key, kind, desired)
-    except errors.SpecStoreError as e:
-        return Outcome(Reason.ETCD_ERROR, str(e), key=key, retry=True)
+    else:
+        try:
+            if kind.references is not None:
+                problem = await kind.references(desired, config, store)
+                if problem is not None:
+                    # Retried: the journal may be applied just after the shard. A move waits
+                    # for it too: the old spec stays until the new one can be written.
+                    return Outcome(Reason.INVALID_SPEC, problem, key=key, retry=True)
+            outcome = await _write(store, root, name, key, kind, desired)
+        except errors.SpecStoreError as e:
+            return Outcome(Reason.ETCD_ERROR, str(e), key=key, retry=True)
+    if held is None or outcome.retry:
+        return outcome
+    # Make before break: the new key is written (or is another object's) before the old
+    # one goes, so a moved shard is never without a spec.
+    return await _move(body, kind, store, held, claimed, outcome)
 
 
 async def _write(
@@ -440,12 +648,15 @@ async def delete(
     config: ReconcileConfig,
     store: SpecStore,
     claims: Iterable[Claim] = (),
+    *,
+    claimed: Claimed = _nobody,
 ) -> str:
     """Remove the spec of object ``body`` from etcd, if this object owns it; say what happened.
 
     Called only for ``deletionPolicy: Delete``. A paused object, or one that another
-    object out-claims, leaves etcd alone. Raises SpecStoreError when etcd fails (the
-    caller retries, holding its finalizer).
+    object out-claims, leaves etcd alone. A key the object held before a move that did
+    not finish (``status.etcdKey``) goes too, as :func:`release` would remove it. Raises
+    SpecStoreError when etcd fails (the caller retries, holding its finalizer).
     """
     if is_paused(body):
         return f"paused: the spec stays in etcd ({crd.PAUSED_ANNOTATION})"
@@ -454,6 +665,11 @@ async def delete(
     except errors.InvalidSpecError as e:
         return f"nothing to delete: {e}"
     key = keyspace.item_key(root, name)
+    held = _moved_from(body, key)
+    if held is not None:
+        moved = await release(body, kind, store, held, claimed(held.key))
+        if moved.warning or not moved.deleted:
+            logger.warning("%s", moved.message)
     owner = _owner(claim_of(body), claims)
     if owner != claim_of(body):
         return f"{key} belongs to {owner}: left in etcd"

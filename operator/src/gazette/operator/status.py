@@ -16,7 +16,8 @@ already has it, so handling a settled object again patches nothing:
   or, when the object's spec is not in etcd, its ``Applied`` reason.
 
 The two write disjoint conditions and fields: the reconcile handler owns ``Applied``
-(``Ready`` on Journals), ``observedGeneration``, ``etcdKey`` and ``modRevision``; the
+(``Ready`` on Journals), ``observedGeneration``, ``etcdKey``, ``modRevision`` and
+``cluster`` (where the spec is, and whose etcd that is); the
 controller's shard status (:mod:`gazette.operator.controller`) owns the rest.
 Conditions follow Kubernetes' conventions (``type``, ``status``, ``reason``,
 ``message``, ``observedGeneration``, ``lastTransitionTime``, which changes only when
@@ -37,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gazette.consumer import protocol as pc
-from gazette.operator import reconcile
+from gazette.operator import crd, reconcile
 
 __all__ = [
     "APPLIED",
@@ -126,8 +127,11 @@ def status_for(
     """The status object ``body`` should have after ``outcome``, or None if it has it already.
 
     ``kind`` is the type of the condition the outcome sets (``Ready`` on Journals,
-    ``Applied`` on Shards). ``modRevision`` and ``etcdKey`` keep their last known values
-    through outcomes that don't know them (a paused or invalid object).
+    ``Applied`` on Shards). ``etcdKey``, ``modRevision`` and ``cluster`` say where the
+    object's spec is: set by an ``Applied`` outcome (``cluster`` is the object's
+    ``gazette.dev/cluster``, whose operator wrote it), cleared (None, which a merge patch
+    removes) when the object moved away from the key it recorded without holding a new
+    one, and kept through other outcomes (a paused or invalid object, a failure).
     """
     meta = body.get("metadata") or {}
     current: Mapping[str, Any] = body.get("status") or {}
@@ -138,12 +142,15 @@ def status_for(
     new: dict[str, Any] = {"conditions": conditions}
     if generation is not None:
         new["observedGeneration"] = generation
-    key = outcome.key or current.get("etcdKey")
-    if key:
-        new["etcdKey"] = key
-    revision = outcome.mod_revision or current.get("modRevision")
-    if revision:
-        new["modRevision"] = revision
+    held = (current.get("etcdKey"), current.get("modRevision"), current.get("cluster"))
+    if outcome.reason is reconcile.Reason.APPLIED and outcome.key:
+        labels = meta.get("labels") or {}
+        held = (outcome.key, outcome.mod_revision or None, labels.get(crd.CLUSTER_LABEL))
+    elif outcome.moved is not None and outcome.moved.key == held[0]:
+        held = (None, None, None)
+    for name, value in zip(("etcdKey", "modRevision", "cluster"), held, strict=True):
+        if value or name in current:
+            new[name] = value or None
 
     if _unchanged(current, new, kind):
         return None

@@ -44,3 +44,12 @@ class EtcdSpecStore:
                 return await keyspace.apply_changes(self._client, root, changes)
         except (keyspace.errors.EtcdError, TimeoutError) as e:
             raise errors.SpecStoreError(f"writing under {root}: {e or type(e).__name__}") from e
+
+    async def check(self, root: str) -> None:
+        """A quorum read under ``root`` (the readiness probe): raises SpecStoreError unless
+        etcd answers."""
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self._client.get(root.encode())
+        except (aetcd.exceptions.ClientError, TimeoutError) as e:
+            raise errors.SpecStoreError(f"etcd: {e or type(e).__name__}") from e

@@ -13,7 +13,8 @@ revision 0), so the reconcile rules can be unit-tested without a server::
 
 :class:`MemoryKube` is a :class:`~gazette.operator.kube.KubeAPI` that records status
 patches and Events, and answers a patch from a stale resourceVersion with a conflict
-like the API server does::
+like the API server does; as a :class:`~gazette.operator.kube.LeaseAPI` it keeps
+Leases the same way (``fail`` makes its calls raise KubeAPIError)::
 
     api = testing.MemoryKube()
     api.objects[("ns", "name")] = body
@@ -98,6 +99,7 @@ class MemoryKube:
         self.events: list[events.Event] = []
         self.event_objects: list[str] = []
         self.fail = False
+        self.leases: dict[tuple[str, str], dict[str, Any]] = {}
         self._version = 100
 
     def add(self, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -132,3 +134,39 @@ class MemoryKube:
     async def post_event(self, body: Mapping[str, Any], event: events.Event) -> None:
         self.events.append(event)
         self.event_objects.append(str((body.get("metadata") or {}).get("name")))
+
+    # --- Leases -----------------------------------------------------------------
+
+    def _lease_check(self) -> None:
+        if self.fail:
+            raise errors.KubeAPIError("the API server is unavailable (MemoryKube.fail)")
+
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self._lease_check()
+        got = self.leases.get((namespace, name))
+        return copy.deepcopy(got) if got is not None else None
+
+    async def create_lease(self, namespace: str, lease: Mapping[str, Any]) -> dict[str, Any] | None:
+        self._lease_check()
+        name = lease["metadata"]["name"]
+        if (namespace, name) in self.leases:
+            return None
+        self._version += 1
+        stored = copy.deepcopy(dict(lease))
+        stored["metadata"] = {**stored["metadata"], "resourceVersion": str(self._version)}
+        self.leases[(namespace, name)] = stored
+        return copy.deepcopy(stored)
+
+    async def replace_lease(
+        self, namespace: str, name: str, lease: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        self._lease_check()
+        stored = self.leases.get((namespace, name))
+        version = (lease.get("metadata") or {}).get("resourceVersion")
+        if stored is None or stored["metadata"]["resourceVersion"] != version:
+            return None
+        self._version += 1
+        new = copy.deepcopy(dict(lease))
+        new["metadata"] = {**new["metadata"], "resourceVersion": str(self._version)}
+        self.leases[(namespace, name)] = new
+        return copy.deepcopy(new)
