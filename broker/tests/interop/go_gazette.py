@@ -166,6 +166,8 @@ class GoBroker:
     log_path: pathlib.Path
     port: int = 0
     lease: str = "3s"
+    #: More flags of ``gazette serve`` (e.g. ``("--broker.auth-keys", keys)``).
+    extra_args: tuple[str, ...] = ()
     proc: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
@@ -196,6 +198,7 @@ class GoBroker:
             "--etcd.prefix", self.prefix,
             "--etcd.lease", self.lease,
             "--log.level", "info",
+            *self.extra_args,
         ]  # fmt: skip
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(

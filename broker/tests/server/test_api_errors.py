@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import AsyncIterator
+import types
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -12,6 +13,7 @@ import pytest
 
 from gazette import keyspace, task
 from gazette.broker import protocol as pb
+from gazette.broker.protocol import auth
 from gazette.broker.server import api, errors, flow_control, metrics
 
 
@@ -72,6 +74,11 @@ def test_peer_failure_is_unavailable_and_names_the_peer() -> None:
         (REFUSED, grpc.StatusCode.UNAVAILABLE, "connection refused"),
         (pb.ValidationError("bad"), grpc.StatusCode.UNKNOWN, "bad"),
         (
+            pb.AuthorizationError("authorization is missing required READ capability"),
+            grpc.StatusCode.UNAUTHENTICATED,
+            "authorization is missing required READ capability",
+        ),
+        (
             RuntimeError(f"wrapped {REFUSED} twice {REFUSED}"),
             grpc.StatusCode.UNKNOWN,
             "wrapped UNAVAILABLE: connection refused twice UNAVAILABLE: connection refused",
@@ -90,26 +97,38 @@ class FakeContext:
     def cancelled(self) -> bool:
         return self._cancelled
 
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ()
+
     async def abort(self, code: grpc.StatusCode, details: str) -> None:
         self.aborted = (code, details)
         raise grpc.aio.AbortError()
 
 
-async def _fails(e: BaseException) -> None:
-    raise e
+def _fails(e: BaseException) -> Callable[[auth.Claims, Any], Awaitable[None]]:
+    async def run(_claims: auth.Claims, _context: Any) -> None:
+        raise e
+
+    return run
+
+
+def _servicer() -> api.JournalServicer:
+    # The edge only needs the service's verifier (no keys: everything is allowed).
+    return api.JournalServicer(svc=types.SimpleNamespace(auth=auth.NoopAuth()))  # type: ignore[arg-type]
 
 
 async def test_edge_ends_unexpected_errors_itself() -> None:
-    servicer = api.JournalServicer(svc=None)  # type: ignore[arg-type]
+    servicer = _servicer()
     ctx = FakeContext()
     with pytest.raises(grpc.aio.AbortError):
-        await servicer._edge("Replicate", ctx, _fails(KeyError("x")), metrics.Outcome())  # type: ignore[arg-type]
+        await servicer._edge("Replicate", ctx, 0, _fails(KeyError("x")), metrics.Outcome())  # type: ignore[arg-type]
     assert ctx.aborted == (grpc.StatusCode.UNKNOWN, "'x'")
     ctx = FakeContext()
     with pytest.raises(grpc.aio.AbortError):
         await servicer._edge(
             "Append",
             ctx,  # type: ignore[arg-type]
+            0,
             _fails(errors.PipelineError(f"send: {REFUSED}", peer="z/p")),
             metrics.Outcome(),
         )
@@ -122,10 +141,10 @@ async def test_edge_ends_unexpected_errors_itself() -> None:
 async def test_edge_of_a_cancelled_rpc_raises_cancelled_not_the_error() -> None:
     # Left to grpc, the error of a stream whose peer hung up is logged as
     # "Exception not handled by _handle_exceptions" while grpc answers it.
-    servicer = api.JournalServicer(svc=None)  # type: ignore[arg-type]
+    servicer = _servicer()
     ctx = FakeContext(cancelled=True)
     with pytest.raises(asyncio.CancelledError):
-        await servicer._edge("Replicate", ctx, _fails(RuntimeError("batch")), metrics.Outcome())  # type: ignore[arg-type]
+        await servicer._edge("Replicate", ctx, 0, _fails(RuntimeError("batch")), metrics.Outcome())  # type: ignore[arg-type]
     assert ctx.aborted is None
 
 

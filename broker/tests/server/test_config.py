@@ -179,3 +179,22 @@ def test_help_shows_a_default_set_by_the_environment() -> None:
         "Unique suffix of this broker within its zone [$BROKER_ID] (default: bob, from $BROKER_ID)"
     )
     assert helps["broker.zone"].endswith("(default: local, from $BROKER_ZONE)")
+
+
+def test_auth_keys_by_flag_or_variable_are_checked_and_never_shown() -> None:
+    keys = "c2VjcmV0LW9uZQ==, c2VjcmV0LXR3bw== AA=="
+    assert config.parse([], env={}).broker.auth_keys == ""
+    assert config.parse(["--broker.auth-keys", keys], env={}).broker.auth_keys == keys
+    cfg = config.parse([], env={"BROKER_AUTH_KEYS": keys})
+    assert cfg.broker.auth_keys == keys
+    assert "c2VjcmV0" not in repr(cfg)  # Configs are logged; keys are not.
+    parser = config.build_parser(env={"BROKER_AUTH_KEYS": keys})
+    help_text = " ".join(parser.format_help().split())
+    assert "c2VjcmV0" not in help_text and "(set by $BROKER_AUTH_KEYS)" in help_text
+    for bad, message in (
+        ("AA==", "--broker.auth-keys: at least one key must be provided"),
+        ("c2VjcmV0 not*base64", "--broker.auth-keys: failed to decode key at index 1: "),
+    ):
+        with pytest.raises(SystemExit) as e:
+            config.parse(["--broker.auth-keys", bad], env={})
+        assert str(e.value).startswith(message), e.value

@@ -400,14 +400,21 @@ def journal_spec(
     return spec
 
 
+#: gRPC call metadata of the helpers below, e.g. ``(("authorization", "Bearer ..."),)``.
+Metadata = Sequence[tuple[str, str]] | None
+
+
 async def apply_specs(
-    stub: pb2_grpc.JournalAsyncStub, *specs: pb.JournalSpec, expect_mod_revision: int = 0
+    stub: pb2_grpc.JournalAsyncStub,
+    *specs: pb.JournalSpec,
+    expect_mod_revision: int = 0,
+    metadata: Metadata = None,
 ) -> pb.ApplyResponse:
     req = pb.ApplyRequest()
     for spec in specs:
         ch = req.changes.add(expect_mod_revision=expect_mod_revision)
         ch.upsert.CopyFrom(spec)
-    resp: pb.ApplyResponse = await stub.Apply(req)
+    resp: pb.ApplyResponse = await stub.Apply(req, metadata=metadata)
     return resp
 
 
@@ -418,6 +425,7 @@ async def append(
     *,
     commit: bool = True,
     deadline: float | None = 30.0,
+    metadata: Metadata = None,
     **first: object,
 ) -> pb.AppendResponse:
     """One Append RPC: ``first`` fields on the opening message, then ``chunks``.
@@ -432,7 +440,7 @@ async def append(
         if commit:
             yield pb.AppendRequest()
 
-    resp: pb.AppendResponse = await stub.Append(requests(), timeout=deadline)
+    resp: pb.AppendResponse = await stub.Append(requests(), timeout=deadline, metadata=metadata)
     return resp
 
 
@@ -444,6 +452,7 @@ async def read(
     block: bool = False,
     end_offset: int = 0,
     deadline: float | None = 30.0,
+    metadata: Metadata = None,
     **fields: object,
 ) -> tuple[bytes, list[pb.ReadResponse]]:
     """One Read RPC: (content, every metadata response), until the stream ends."""
@@ -456,7 +465,7 @@ async def read(
     )
     parts: list[bytes] = []
     meta: list[pb.ReadResponse] = []
-    async for resp in stub.Read(req, timeout=deadline):
+    async for resp in stub.Read(req, timeout=deadline, metadata=metadata):
         if resp.content:
             parts.append(resp.content)
         else:
@@ -465,14 +474,18 @@ async def read(
 
 
 async def wait_writable(
-    stub: pb2_grpc.JournalAsyncStub, journal: str, within: float = 60.0
+    stub: pb2_grpc.JournalAsyncStub,
+    journal: str,
+    within: float = 60.0,
+    *,
+    metadata: Metadata = None,
 ) -> pb.AppendResponse:
     """Zero-byte appends until one succeeds (the journal is assigned and synchronised)."""
     deadline = time.monotonic() + within
     last: object = None
     while time.monotonic() < deadline:
         try:
-            resp = await append(stub, journal, [], deadline=10)
+            resp = await append(stub, journal, [], deadline=10, metadata=metadata)
             if resp.status == pb.OK:
                 return resp
             last = pb.Status.Name(resp.status)

@@ -2,7 +2,9 @@
 
 - :func:`broker_options` adds the ``--broker.*`` / ``--zone`` / ``--log.level``
   flags, with Gazette's names and environment variables, and hands the command
-  one frozen :class:`BrokerOptions`.
+  one frozen :class:`BrokerOptions`. Authorization is Gazette's:
+  ``--broker.auth-keys`` signs a token per request, else ``--broker.auth-token``
+  (or, ours, ``--broker.auth-token-file``) is sent with every request.
 - :func:`selector_option` adds ``-l/--selector``; :func:`list_selected` lists
   the journals it selects (a bad selector is a usage error), :func:`live_names`
   those of them that are not fully suspended.
@@ -29,6 +31,7 @@ import click
 
 from gazette.broker import client
 from gazette.broker import protocol as pb
+from gazette.broker.protocol import dial
 
 __all__ = [
     "BrokerOptions",
@@ -37,6 +40,7 @@ __all__ = [
     "list_selected",
     "live_names",
     "parse_selector",
+    "read_token_file",
     "selector_option",
 ]
 
@@ -57,9 +61,10 @@ class BrokerOptions:
     address: str
     cache_size: int
     cache_ttl: float
-    auth_token: str
+    auth_token: str = dataclasses.field(repr=False)
     zone: str
     log_level: str
+    auth_keys: str = dataclasses.field(default="", repr=False)
 
     def client_config(self, **overrides: Any) -> client.ClientConfig:
         cfg = client.ClientConfig(
@@ -68,6 +73,7 @@ class BrokerOptions:
             cache_size=self.cache_size,
             cache_ttl=self.cache_ttl,
             auth_token=self.auth_token,
+            auth_keys=self.auth_keys,
             # A command line should fail fast, not wait for a broker that isn't there.
             wait_for_ready=False,
         )
@@ -113,11 +119,30 @@ def broker_options(fn: F) -> F:
             help="How long a cached route is trusted.",
         ),
         click.option(
+            "--broker.auth-keys",
+            "broker_auth_keys",
+            envvar="BROKER_AUTH_KEYS",
+            default="",
+            show_default=False,
+            help="Whitespace or comma separated, base64-encoded keys: the first signs a "
+            "token for each request, scoped to what it needs (env BROKER_AUTH_KEYS). "
+            "Wins over --broker.auth-token.",
+        ),
+        click.option(
             "--broker.auth-token",
             "broker_auth_token",
             envvar="BROKER_AUTH_TOKEN",
             default="",
-            help="Static bearer token sent with every request.",
+            help="Bearer token sent with every request (env BROKER_AUTH_TOKEN).",
+        ),
+        click.option(
+            "--broker.auth-token-file",
+            "broker_auth_token_file",
+            envvar="BROKER_AUTH_TOKEN_FILE",
+            default="",
+            type=click.Path(dir_okay=False),
+            help="File holding the bearer token (e.g. a mounted secret), used when "
+            "--broker.auth-token is not given (env BROKER_AUTH_TOKEN_FILE).",
         ),
         click.option(
             "--zone",
@@ -142,7 +167,9 @@ def broker_options(fn: F) -> F:
         broker_address: str,
         broker_cache_size: int,
         broker_cache_ttl: float,
+        broker_auth_keys: str,
         broker_auth_token: str,
+        broker_auth_token_file: str,
         zone: str,
         log_level: str,
         **kwargs: Any,
@@ -153,14 +180,44 @@ def broker_options(fn: F) -> F:
         logging.basicConfig(
             level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
         )
+        if broker_auth_keys:
+            try:
+                dial.credentials(auth_keys=broker_auth_keys)
+            except pb.AuthorizationError as e:
+                raise click.BadParameter(str(e), param_hint="'--broker.auth-keys'") from None
+        if not broker_auth_token and broker_auth_token_file:
+            broker_auth_token = read_token_file(broker_auth_token_file)
         broker = BrokerOptions(
-            broker_address, broker_cache_size, broker_cache_ttl, broker_auth_token, zone, log_level
+            broker_address,
+            broker_cache_size,
+            broker_cache_ttl,
+            broker_auth_token,
+            zone,
+            log_level,
+            auth_keys=broker_auth_keys,
         )
         return fn(broker=broker, **kwargs)
 
     for option in reversed(options):
         wrapper = option(wrapper)
     return wrapper  # type: ignore[return-value]
+
+
+def read_token_file(path: str) -> str:
+    """The bearer token in ``path`` (surrounding whitespace dropped); a usage error if none."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise click.BadParameter(
+            f"reading {path}: {getattr(e, 'strerror', None) or e}",
+            param_hint="'--broker.auth-token-file'",
+        ) from None
+    if not token or any(c.isspace() for c in token):
+        raise click.BadParameter(
+            f"{path} must hold one token", param_hint="'--broker.auth-token-file'"
+        )
+    return token
 
 
 def selector_option(required: bool) -> Callable[[F], F]:

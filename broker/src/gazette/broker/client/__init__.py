@@ -26,6 +26,14 @@ and below every application (ARCHITECTURE.md), and mirrors Gazette's Go
 - :mod:`sync` — a blocking facade for scripts; :mod:`errors` — the error
   hierarchy (a class per ``pb.Status``, with structured fields).
 
+Authorization (brokers run with ``--broker.auth-keys``): give
+:class:`ClientConfig` the same ``auth_keys`` and every RPC carries a token
+signed for just what it does (APPEND to its journal, READ of its journal,
+LIST with its selector, APPLY), as Gazette's clients sign them; or give it a
+token minted for you (``auth_token``), sent with every RPC. A refused token
+surfaces as ``errors.TransportError`` with code ``UNAUTHENTICATED`` and the
+broker's reason, and is never retried.
+
 Usage::
 
     from gazette.broker import client, protocol as pb

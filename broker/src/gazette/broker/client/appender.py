@@ -27,6 +27,7 @@ import grpc
 
 from gazette.broker import protocol as pb
 from gazette.broker.client import errors, journal_client, metrics
+from gazette.broker.protocol import auth
 
 __all__ = ["CHUNK_SIZE", "Appender", "Content", "append"]
 
@@ -74,7 +75,11 @@ class Appender:
         except pb.ValidationError as e:
             raise e.within("Request") from None
         self._dispatch = self.client.dispatch(self.request.journal, primary=True)
-        self._call = self._dispatch.stub.Append(metadata=self.client.metadata or None)
+        self._call = self._dispatch.stub.Append(
+            metadata=self.client.authorize(
+                auth.journal_claims(auth.Capability.APPEND, self.request.journal)
+            )
+        )
         await self._send(self.request)
         return self._call
 

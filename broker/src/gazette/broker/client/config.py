@@ -60,7 +60,10 @@ class ClientConfig:
     cache_size: int = 0
     cache_ttl: float = 60.0
     #: Static bearer token sent as ``authorization`` metadata ("" for none).
-    auth_token: str = ""
+    auth_token: str = dataclasses.field(default="", repr=False)
+    #: Base64 keys (``--broker.auth-keys``): the first signs a token per RPC, scoped to
+    #: its capability and journal, as Gazette's clients do. Wins over ``auth_token``.
+    auth_keys: str = dataclasses.field(default="", repr=False)
     #: Largest gRPC message accepted or sent (bytes).
     max_message_size: int = 8 << 20
     #: How long an endpoint that failed a call is avoided when choosing route members.

@@ -62,6 +62,7 @@ __all__ = [
     "Suspended",
     "TransportError",
     "WrongAppendOffset",
+    "is_refused",
     "is_transient",
     "status_error",
     "transport_error",
@@ -291,6 +292,18 @@ _TRANSIENT_STATUS = (
     InsufficientJournalBrokers,
     NotJournalBroker,
 )
+
+
+_REFUSED_CODES = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+
+
+def is_refused(err: BaseException) -> bool:
+    """Whether a broker refused the call's credentials (retrying can't help)."""
+    if isinstance(err, TransportError):
+        return err.code in _REFUSED_CODES
+    if isinstance(err, grpc.aio.AioRpcError):
+        return err.code() in _REFUSED_CODES
+    return False
 
 
 def is_transient(err: BaseException) -> bool:

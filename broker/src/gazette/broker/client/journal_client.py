@@ -19,7 +19,7 @@ import grpc
 
 from gazette.broker import protocol as pb
 from gazette.broker.client import config, route_cache
-from gazette.broker.protocol import dial
+from gazette.broker.protocol import auth, dial
 from gazette.broker.protocol import protocol_pb2_grpc as pb_grpc
 
 __all__ = ["Dispatch", "JournalClient"]
@@ -41,7 +41,9 @@ class JournalClient:
     """Routes and dispatches ``protocol.Journal`` RPCs. Use as an async context manager.
 
     Channels, one per endpoint, are dialed on first use through the dial seam
-    (:mod:`gazette.broker.protocol.dial`), which owns transport security.
+    (:mod:`gazette.broker.protocol.dial`), which owns transport security and
+    credentials: every call carries :meth:`authorize`'s metadata for the
+    claims it needs (Gazette's ``AuthJournalClient``).
     """
 
     def __init__(
@@ -59,10 +61,9 @@ class JournalClient:
         )
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._broken: dict[str, float] = {}
-        self.metadata: tuple[tuple[str, str], ...] = (
-            (("authorization", f"Bearer {self.config.auth_token}"),)
-            if self.config.auth_token
-            else ()
+        #: Signs (keys) or holds (a static token) the bearer token of each call.
+        self.credentials: auth.Authorizer = dial.credentials(
+            self.config.auth_keys, self.config.auth_token
         )
 
     async def __aenter__(self) -> JournalClient:
@@ -81,6 +82,12 @@ class JournalClient:
         for channel in channels.values():
             with contextlib.suppress(Exception):
                 await channel.close()
+
+    def authorize(
+        self, claims: auth.Claims, lifetime: float = auth.LIFETIME
+    ) -> tuple[tuple[str, str], ...] | None:
+        """Call metadata authorizing ``claims`` (None when the client has no credentials)."""
+        return self.credentials.authorize(claims, lifetime) or None
 
     # --- Channels -------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import grpc
 
 from gazette.broker import protocol as pb
 from gazette.broker.client import errors, journal_client
+from gazette.broker.protocol import auth
 
 __all__ = [
     "WatchedList",
@@ -95,7 +96,9 @@ async def list_journals(
         selector = pb.parse_selector(selector)
     request = pb.ListRequest(selector=selector or pb.LabelSelector())
     call = client.default().stub.List(
-        request, metadata=client.metadata or None, wait_for_ready=client.config.wait_for_ready
+        request,
+        metadata=client.authorize(auth.Claims(auth.Capability.LIST, request.selector)),
+        wait_for_ready=client.config.wait_for_ready,
     )
     try:
         resp = await read_list_response(call, request)
@@ -133,7 +136,9 @@ async def apply_journals(
         batch = pb.ApplyRequest(changes=changes[i : i + size])
         try:
             resp = await client.default().stub.Apply(
-                batch, metadata=client.metadata or None, wait_for_ready=client.config.wait_for_ready
+                batch,
+                metadata=client.authorize(auth.Claims(auth.Capability.APPLY), auth.APPLY_LIFETIME),
+                wait_for_ready=client.config.wait_for_ready,
             )
         except grpc.aio.AioRpcError as e:
             raise _transport(e, "Apply", client) from e
@@ -154,7 +159,9 @@ async def list_all_fragments(
         dispatch = client.dispatch(req.journal, primary=False)
         try:
             resp = await dispatch.stub.ListFragments(
-                req, metadata=client.metadata or None, wait_for_ready=client.config.wait_for_ready
+                req,
+                metadata=client.authorize(auth.journal_claims(auth.Capability.READ, req.journal)),
+                wait_for_ready=client.config.wait_for_ready,
             )
         except grpc.aio.AioRpcError as e:
             raise errors.transport_error(
@@ -185,7 +192,9 @@ async def fragment_store_health(
     pb.validate(req)
     try:
         call = client.default().stub.FragmentStoreHealth(
-            req, metadata=client.metadata or None, wait_for_ready=client.config.wait_for_ready
+            req,
+            metadata=client.authorize(auth.Claims(auth.Capability.READ)),
+            wait_for_ready=client.config.wait_for_ready,
         )
         resp = await call
         trailer = await call.trailing_metadata() if check_delete_prefix else None
@@ -226,7 +235,11 @@ class WatchedList:
         attempt = 0
         while True:
             call = self.client.default().stub.List(
-                self.request, metadata=self.client.metadata or None, wait_for_ready=True
+                self.request,
+                metadata=self.client.authorize(
+                    auth.Claims(auth.Capability.LIST, self.request.selector)
+                ),
+                wait_for_ready=True,
             )
             try:
                 while True:
@@ -238,6 +251,8 @@ class WatchedList:
                     attempt = 0
                     yield resp
             except (grpc.aio.AioRpcError, errors.ClientError) as e:
+                if errors.is_refused(e):
+                    raise  # Retrying with the same credentials is refused the same way.
                 if attempt:
                     log.warning(
                         "watched journal listing failed (attempt %d, will retry): %s", attempt, e

@@ -32,6 +32,7 @@ import grpc
 
 from gazette.broker import protocol as pb
 from gazette.broker.client import errors, journal_client, metrics
+from gazette.broker.protocol import auth
 
 if TYPE_CHECKING:
     from gazette.broker.fragment import codecs
@@ -161,7 +162,12 @@ class Reader:
             self.request.journal, primary=False, route=self._route
         )
         self.response = pb.ReadResponse()
-        self._call = self._dispatch.stub.Read(self.request, metadata=self.client.metadata or None)
+        self._call = self._dispatch.stub.Read(
+            self.request,
+            metadata=self.client.authorize(
+                auth.journal_claims(auth.Capability.READ, self.request.journal)
+            ),
+        )
 
     async def _recv(self) -> pb.ReadResponse | None:
         assert self._dispatch is not None

@@ -13,6 +13,7 @@ What it surfaces (Gazette's ``retry_reader.go`` rules):
   reached (iteration simply stops there);
 - ``JournalNotFound`` after a few attempts, or at once for proxied reads;
 - ``Suspended``, and cancellation;
+- a refusal of the client's credentials (``UNAUTHENTICATED``);
 - :class:`~gazette.broker.client.errors.OffsetJump` from :meth:`read` (the
   reader goes on from the new offset; iteration logs and continues).
 
@@ -127,6 +128,8 @@ class RetryReader:
                         raise
                 elif isinstance(err, errors.Suspended | errors.ProtocolViolation):
                     raise
+                elif errors.is_refused(err):
+                    raise  # The same credentials would be refused again.
                 if not quiet:
                     log.warning(
                         "read of %s at offset %d failed (attempt %d, will retry): %s",

@@ -19,7 +19,15 @@ broker's own port, so the RPC is routed and proxied like any client's):
 
 Status codes follow Gazette's gateway: OK 206 (GET / HEAD), JOURNAL_NOT_FOUND
 404, INSUFFICIENT_JOURNAL_BROKERS 503, OFFSET_NOT_YET_AVAILABLE 416, any other
-status 500; malformed queries and requests 400. A PUT to a journal that does
+status 500; malformed queries and requests 400.
+
+Authorization: the request's ``Authorization`` header (``Bearer <token>``) goes
+with its RPC, so a broker with ``--broker.auth-keys`` judges the HTTP client's
+own token: a refused one answers **401** (with ``WWW-Authenticate: Bearer``)
+and the broker's reason, and a journal outside the token's selector is not
+found (404). Gazette's gateway means to do the same (it exposes the header as
+incoming gRPC metadata) but calls the broker through a client that signs its
+own token for the journal, so the header never reaches the check. A PUT to a journal that does
 not exist answers **500** ``JOURNAL_NOT_FOUND``, not 404: Gazette's gateway
 answers every failed append with 500, and we keep its contract. Unlike
 Gazette (400), an unknown method answers 405 with ``Allow: GET, HEAD, PUT``.
@@ -219,6 +227,8 @@ class Gateway:
         try:
             first = await call.read()
         except grpc.aio.AioRpcError as e:
+            if (refused := _refused(e)) is not None:
+                return refused
             log.warning("http_gateway: failed to proxy Read request: %s", e.details())
             return Reply(500, body=f"{e.code().name}: {e.details()}\n".encode())
         if first is grpc.aio.EOF:
@@ -338,6 +348,8 @@ class Gateway:
                 pass
             resp = await call
         except grpc.aio.AioRpcError as e:
+            if (refused := _refused(e)) is not None:
+                return refused
             log.warning("http_gateway: failed to proxy Append request: %s", e.details())
             return Reply(500, body=f"{e.details() or e.code().name}\n".encode())
         except BaseException:
@@ -359,6 +371,17 @@ class Gateway:
         # Like Gazette's gateway, every failed append is a 500 naming the status
         # (JOURNAL_NOT_FOUND too, where a GET answers 404).
         return Reply(500, headers, f"{name}{detail}\n".encode())
+
+
+def _refused(e: grpc.aio.AioRpcError) -> Reply | None:
+    """The reply to an RPC whose credentials the broker refused (None if it didn't)."""
+    if e.code() == grpc.StatusCode.UNAUTHENTICATED:
+        return Reply(
+            401, [("WWW-Authenticate", "Bearer")], f"{e.details() or 'unauthenticated'}\n".encode()
+        )
+    if e.code() == grpc.StatusCode.PERMISSION_DENIED:
+        return Reply(403, body=f"{e.details() or 'permission denied'}\n".encode())
+    return None
 
 
 async def _next_body(

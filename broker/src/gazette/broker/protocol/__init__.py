@@ -26,6 +26,11 @@ and adds what Gazette's Go types add to them:
   (`render_postfix_template`, a restricted Go text/template evaluator).
 - **Go durations** — `format_duration` / `parse_duration` speak Go's
   ``1m0s`` / ``1h30m`` text.
+- **Authorization** — the module ``gazette.broker.protocol.auth`` (imported
+  on its own, as it brings pyjwt): Gazette's bearer tokens, their
+  capabilities and selector claims, and the keys that sign and verify them;
+  a refusal is an `AuthorizationError`. ``gazette.broker.protocol.dial`` is
+  the seam every channel and server port is made through.
 
 Usage::
 
@@ -51,7 +56,7 @@ from gazette.broker.protocol.durations import (
     parse_duration,
     parse_duration_nanos,
 )
-from gazette.broker.protocol.errors import ValidationError, within
+from gazette.broker.protocol.errors import AuthorizationError, ValidationError, within
 from gazette.broker.protocol.fragments import (
     CODEC_EXTENSIONS,
     codec_from_extension,
@@ -228,6 +233,7 @@ __all__ = [
     "AppendResponse",
     "ApplyRequest",
     "ApplyResponse",
+    "AuthorizationError",
     "BrokerSpec",
     "CompressionCodec",
     "Duration",

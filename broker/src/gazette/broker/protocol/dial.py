@@ -4,8 +4,14 @@ Clients (:class:`gazette.broker.client.JournalClient`), a broker's channels to
 its peers and to itself (the HTTP gateway), test seams and the broker's own
 listening port all come through these functions, so that transport security
 and credentials are decided in one place. Today channels are plaintext
-(``http://`` endpoints, as Gazette's default); TLS and per-call credentials
-belong in :class:`DialConfig` and :class:`ListenConfig` and nowhere else.
+(``http://`` endpoints, as Gazette's default); TLS belongs in
+:class:`DialConfig` and :class:`ListenConfig` and nowhere else.
+
+Per-call credentials are bearer tokens (:mod:`gazette.broker.protocol.auth`):
+:func:`credentials` turns a client's ``--broker.auth-keys`` or
+``--broker.auth-token`` into the authorizer whose metadata goes with each of
+its calls, as Gazette's clients choose it (keys sign a token per call, scoped
+to that call's journal and capability; else the static token; else nothing).
 
 Usage::
 
@@ -26,9 +32,9 @@ from typing import Any
 
 import grpc
 
-from gazette.broker.protocol import fragments
+from gazette.broker.protocol import auth, fragments
 
-__all__ = ["DialConfig", "ListenConfig", "channel", "listen", "server"]
+__all__ = ["DialConfig", "ListenConfig", "channel", "credentials", "listen", "server"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +71,14 @@ def channel(endpoint: str, config: DialConfig = DialConfig()) -> grpc.aio.Channe
             ("grpc.max_reconnect_backoff_ms", 2000),
         ]
     return grpc.aio.insecure_channel(fragments.endpoint_grpc_addr(endpoint), options=options)
+
+
+def credentials(auth_keys: str = "", auth_token: str = "") -> auth.Authorizer:
+    """The authorizer of a client's calls: keys if given, else a static token, else none.
+
+    Raises ``pb.AuthorizationError`` if ``auth_keys`` don't decode.
+    """
+    return auth.new_authorizer(auth_keys, auth_token)
 
 
 def server(config: ListenConfig = ListenConfig()) -> grpc.aio.Server:

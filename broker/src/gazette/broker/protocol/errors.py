@@ -4,6 +4,10 @@ Hierarchy::
 
     ValueError
      └── ValidationError      a message or value breaks a rule of the protocol
+    Exception
+     └── AuthorizationError   a request's bearer token is missing, invalid, or
+                              doesn't grant what the request needs (brokers answer
+                              UNAUTHENTICATED with its text, as Gazette does)
 
 A `ValidationError` carries the dotted path of fields leading to the offending
 value (`context`) and the rule it broke (`reason`). Nested validators add their
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 from types import TracebackType
 
-__all__ = ["ValidationError", "within"]
+__all__ = ["AuthorizationError", "ValidationError", "within"]
 
 
 class ValidationError(ValueError):
@@ -49,6 +53,16 @@ class ValidationError(ValueError):
 
     def __repr__(self) -> str:
         return f"ValidationError({str(self)!r})"
+
+
+class AuthorizationError(Exception):
+    """A request is not authorized: ``str(e)`` says why (e.g. which capability is missing).
+
+    Raised by :mod:`gazette.broker.protocol.auth` when a token is missing,
+    malformed, expired, signed by an unknown key or lacks a capability, by
+    brokers when a claim's selector doesn't cover an Apply's journal, and on
+    the command line for keys that don't decode.
+    """
 
 
 class within:

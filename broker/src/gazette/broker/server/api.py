@@ -1,10 +1,16 @@
 """The ``protocol.Journal`` gRPC service: the seven RPCs of a broker.
 
-Every handler validates its request at the edge (``pb.validate``), resolves
-the journal where it has one, and either serves locally, proxies to the
-right peer (Append to the primary, Read and ListFragments to a member,
-unless ``do_not_proxy``), or answers a ``Status`` with a valid header.
-Exceptions become gRPC errors in one place (:func:`errors.grpc_status_of`);
+Every handler first verifies the RPC's bearer token for the capability it
+needs (LIST, APPLY, READ, APPEND, REPLICATE; ListFragments and
+FragmentStoreHealth need READ), then validates its request at the edge
+(``pb.validate``), resolves the journal where it has one (a journal the
+token's selector doesn't select is not found), and either serves locally,
+proxies to the right peer (Append to the primary, Read and ListFragments to
+a member, unless ``do_not_proxy``) under a token of its own narrowed to that
+journal, or answers a ``Status`` with a valid header. As in Gazette, an RPC
+ends when its token expires (but a Replicate stream, once it holds the
+replica's spool, does not). Exceptions become gRPC errors in one place
+(:func:`errors.grpc_status_of`; a refused token is ``UNAUTHENTICATED``);
 errors of a proxied call are relayed with the peer's code and text.
 
 Gazette references: ``broker/append_api.go``, ``replicate_api.go``,
@@ -17,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -26,6 +33,7 @@ from gazette import keyspace, task
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import errors as frag_errors
 from gazette.broker.fragment import reader
+from gazette.broker.protocol import auth
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 from gazette.broker.server import append_fsm, errors, metadata_api, metrics, resolver, service
 
@@ -44,9 +52,12 @@ DELETE_PROBE_TIMEOUT = 60.0
 # still writes makes grpcio's asyncio client report its own "INTERNAL: Internal
 # error from Core" instead of our status (test_oversized_chunk_is_resource_exhausted).
 DRAIN_TIMEOUT = 10.0
+# How long an RPC cut by its token's expiry waits for a write in flight (_WholeWrites).
+WRITE_SETTLE_TIMEOUT = 5.0
 
 _EXPECTED_ERRORS = (
     pb.ValidationError,
+    pb.AuthorizationError,
     errors.BrokerServerError,
     frag_errors.FragmentError,
     keyspace.errors.KeySpaceError,
@@ -115,12 +126,37 @@ class JournalServicer(pb2_grpc.JournalServicer):
         self,
         op: str,
         context: grpc.aio.ServicerContext[Any, Any],
-        aw: Awaitable[T],
+        require: int,
+        run: Callable[[auth.Claims, Any], Awaitable[T]],
         out: metrics.Outcome,
+        *,
+        bound_by_claims: bool = True,
+        on_refusal: Callable[[], Awaitable[None]] | None = None,
     ) -> T:
+        """Verify the RPC's token for ``require``, then ``run(claims, context)``.
+
+        With ``bound_by_claims`` the RPC is cut (DEADLINE_EXCEEDED) when its
+        claims expire, as Gazette bounds the request's context by them; ``run``
+        then gets a context whose writes the cut doesn't interrupt half-way.
+        ``on_refusal`` runs before a refused token is answered.
+        """
         metrics.server_started.inc(op)
         try:
-            result = await aw
+            try:
+                claims = self.svc.auth.verify(context.invocation_metadata(), require)
+            except pb.AuthorizationError:
+                if on_refusal is not None:
+                    await on_refusal()
+                raise
+            if bound_by_claims and claims.expires_at is not None:
+                stream = _WholeWrites(context)
+                try:
+                    async with asyncio.timeout_at(_loop_deadline(claims.expires_at)):
+                        result = await run(claims, stream)
+                finally:
+                    await stream.settle()
+            else:
+                result = await run(claims, context)
         except grpc.aio.AioRpcError as e:
             # A proxied call failed: relay the peer's outcome.
             metrics.server_completed.inc(op, "<error>")
@@ -160,10 +196,23 @@ class JournalServicer(pb2_grpc.JournalServicer):
         context: grpc.aio.ServicerContext[pb.AppendRequest, pb.AppendResponse],
     ) -> pb.AppendResponse:
         out = metrics.Outcome()
-        return await self._edge("Append", context, self._append(request_iterator, out), out)
+        return await self._edge(
+            "Append",
+            context,
+            auth.Capability.APPEND,
+            lambda claims, _ctx: self._append(request_iterator, claims, out),
+            out,
+            # Answered while it still writes, grpcio's asyncio client (the HTTP
+            # gateway's, for one) reports "Internal error from Core" rather than
+            # why (test_a_selector_limited_token_sees_only_its_journals): drain first.
+            on_refusal=lambda: _drain(request_iterator),
+        )
 
     async def _append(
-        self, requests: AsyncIterator[pb.AppendRequest], out: metrics.Outcome
+        self,
+        requests: AsyncIterator[pb.AppendRequest],
+        claims: auth.Claims,
+        out: metrics.Outcome,
     ) -> pb.AppendResponse:
         it = aiter(requests)
         try:
@@ -181,7 +230,9 @@ class JournalServicer(pb2_grpc.JournalServicer):
             except pb.ValidationError as e:
                 raise e.within("Journal") from None
         guard = _SizeGuard(it, self.svc.config.max_message_size)
-        fsm = append_fsm.AppendFSM(self.svc, first, clock=self.svc.clock)
+        fsm = append_fsm.AppendFSM(
+            self.svc, first, clock=self.svc.clock, authorized=_authorizer(claims)
+        )
         total, delayed = await fsm.run(guard)
         res = fsm.resolved
 
@@ -237,7 +288,10 @@ class JournalServicer(pb2_grpc.JournalServicer):
             async for req in rest:
                 yield req
 
-        resp: pb.AppendResponse = await self.svc.peers.stub(endpoint).Append(requests())
+        resp: pb.AppendResponse = await self.svc.peers.stub(endpoint).Append(
+            requests(),
+            metadata=self.svc.peer_metadata(auth.Capability.APPEND, first.journal) or None,
+        )
         return resp
 
     # -- Replicate ----------------------------------------------------------------------
@@ -248,11 +302,19 @@ class JournalServicer(pb2_grpc.JournalServicer):
         context: grpc.aio.ServicerContext[pb.ReplicateRequest, pb.ReplicateResponse],
     ) -> None:
         out = metrics.Outcome()
-        await self._edge("Replicate", context, self._replicate(context, out), out)
+        await self._edge(
+            "Replicate",
+            context,
+            auth.Capability.REPLICATE,
+            lambda claims, ctx: self._replicate(ctx, claims, out),
+            out,
+            bound_by_claims=False,  # Only until the spool is ours: see _replicate.
+        )
 
     async def _replicate(
         self,
         context: grpc.aio.ServicerContext[pb.ReplicateRequest, pb.ReplicateResponse],
+        claims: auth.Claims,
         out: metrics.Outcome,
     ) -> None:
         req = await context.read()
@@ -264,31 +326,43 @@ class JournalServicer(pb2_grpc.JournalServicer):
             raise errors.StreamError("expected first ReplicateRequest to have Header")
         self.svc.check_lease()  # A replica past its lease must not help an old primary commit.
 
-        while True:
-            res = await self.svc.resolve(
-                req.proposal.journal,
-                may_proxy=False,
-                require_primary=False,
-                proxy_header=req.header,
-            )
-            if res.status != pb.OK:
-                out.set(res.status)
-                await context.write(pb.ReplicateResponse(status=_st(res.status), header=res.header))
-                return
-            if not pb.route_equivalent(res.header.route, req.header.route):
-                out.set(pb.WRONG_ROUTE)
-                await context.write(pb.ReplicateResponse(status=pb.WRONG_ROUTE, header=res.header))
-                return
-            if res.replica is None:
-                raise errors.ReplicaStopped(req.proposal.journal)
-            slot = res.replica.spool_slot
-            got, changed = await task.race(slot.get(), res.invalidated, give_back=slot.put_nowait)
-            if not changed:
-                assert got is not None
-                sp = got
-                break
+        # Gazette bounds the wait for the spool by the token's expiry, but not the
+        # stream that follows: a pipeline outlives the token that opened it.
+        # (Nor, here, a write: the deadline covers resolving and waiting alone.)
+        deadline = None if claims.expires_at is None else _loop_deadline(claims.expires_at)
+        refusal: pb.ReplicateResponse | None = None
+        async with asyncio.timeout_at(deadline):
+            while True:
+                res = await self.svc.resolve(
+                    req.proposal.journal,
+                    may_proxy=False,
+                    require_primary=False,
+                    proxy_header=req.header,
+                    authorized=_authorizer(claims),
+                )
+                if res.status != pb.OK:
+                    refusal = pb.ReplicateResponse(status=_st(res.status), header=res.header)
+                    break
+                if not pb.route_equivalent(res.header.route, req.header.route):
+                    refusal = pb.ReplicateResponse(status=pb.WRONG_ROUTE, header=res.header)
+                    break
+                if res.replica is None:
+                    raise errors.ReplicaStopped(req.proposal.journal)
+                slot = res.replica.spool_slot
+                got, changed = await task.race(
+                    slot.get(), res.invalidated, give_back=slot.put_nowait
+                )
+                if not changed:
+                    assert got is not None
+                    sp = got
+                    break
+        if refusal is not None:
+            out.set(refusal.status)
+            await context.write(refusal)
+            return
 
         rep = res.replica
+        assert rep is not None
         broken = True  # Until the primary's EOF: see Replica.return_spool.
         try:
             header: pb.Header | None = res.header
@@ -320,12 +394,19 @@ class JournalServicer(pb2_grpc.JournalServicer):
         context: grpc.aio.ServicerContext[pb.ReadRequest, pb.ReadResponse],
     ) -> None:
         out = metrics.Outcome()
-        await self._edge("Read", context, self._read(request, context, out), out)
+        await self._edge(
+            "Read",
+            context,
+            auth.Capability.READ,
+            lambda claims, ctx: self._read(request, ctx, claims, out),
+            out,
+        )
 
     async def _read(
         self,
         req: pb.ReadRequest,
         context: grpc.aio.ServicerContext[pb.ReadRequest, pb.ReadResponse],
+        claims: auth.Claims,
         out: metrics.Outcome,
     ) -> None:
         pb.validate(req)
@@ -335,6 +416,7 @@ class JournalServicer(pb2_grpc.JournalServicer):
             require_primary=False,
             min_etcd_revision=req.min_etcd_revision,
             proxy_header=req.header if req.HasField("header") else None,
+            authorized=_authorizer(claims),
         )
         if res.status != pb.OK:
             out.set(res.status)
@@ -362,7 +444,9 @@ class JournalServicer(pb2_grpc.JournalServicer):
         fwd = pb.ReadRequest()
         fwd.CopyFrom(req)
         fwd.header.CopyFrom(res.header)
-        call = self.svc.peers.stub(endpoint).Read(fwd)
+        call = self.svc.peers.stub(endpoint).Read(
+            fwd, metadata=self.svc.peer_metadata(auth.Capability.READ, req.journal) or None
+        )
         try:
             while True:
                 resp, stopping = await task.race(call.read(), self.svc.stop_proxy_reads)
@@ -435,7 +519,11 @@ class JournalServicer(pb2_grpc.JournalServicer):
     ) -> None:
         out = metrics.Outcome()
         await self._edge(
-            "List", context, metadata_api.list_journals(self.svc, request, context), out
+            "List",
+            context,
+            auth.Capability.LIST,
+            lambda claims, ctx: metadata_api.list_journals(self.svc, request, claims, ctx),
+            out,
         )
 
     async def Apply(
@@ -444,7 +532,13 @@ class JournalServicer(pb2_grpc.JournalServicer):
         context: grpc.aio.ServicerContext[pb.ApplyRequest, pb.ApplyResponse],
     ) -> pb.ApplyResponse:
         out = metrics.Outcome()
-        return await self._edge("Apply", context, metadata_api.apply(self.svc, request, out), out)
+        return await self._edge(
+            "Apply",
+            context,
+            auth.Capability.APPLY,
+            lambda claims, _ctx: metadata_api.apply(self.svc, request, claims, out),
+            out,
+        )
 
     # -- ListFragments ------------------------------------------------------------------
 
@@ -455,7 +549,11 @@ class JournalServicer(pb2_grpc.JournalServicer):
     ) -> pb.FragmentsResponse:
         out = metrics.Outcome()
         return await self._edge(
-            "ListFragments", context, metadata_api.list_fragments(self.svc, request, out), out
+            "ListFragments",
+            context,
+            auth.Capability.READ,
+            lambda claims, _ctx: metadata_api.list_fragments(self.svc, request, claims, out),
+            out,
         )
 
     # -- FragmentStoreHealth ------------------------------------------------------------
@@ -469,7 +567,11 @@ class JournalServicer(pb2_grpc.JournalServicer):
     ) -> pb.FragmentStoreHealthResponse:
         out = metrics.Outcome()
         resp = await self._edge(
-            "FragmentStoreHealth", context, metadata_api.store_health(self.svc, request, out), out
+            "FragmentStoreHealth",
+            context,
+            auth.Capability.READ,  # Gazette's: store health needs read access, to no journal.
+            lambda _claims, _ctx: metadata_api.store_health(self.svc, request, out),
+            out,
         )
         if request.check_delete and resp.status == pb.OK:
             # The echo that a delete probe ran: Gazette brokers that predate the
@@ -479,6 +581,49 @@ class JournalServicer(pb2_grpc.JournalServicer):
 
 
 _st = metadata_api.st
+_authorizer = metadata_api.authorizer
+
+
+class _WholeWrites:
+    """The ServicerContext of an RPC its claims' expiry may cut: writes are not cut in half.
+
+    Cancelled in the middle of ``context.write``, grpc keeps the send in flight
+    and then can't end the RPC (``abort`` fails with
+    GRPC_CALL_ERROR_TOO_MANY_OPERATIONS, and the client hangs:
+    test_an_rpc_ends_when_its_token_expires). So each write runs shielded, and
+    :meth:`settle` lets an interrupted one finish before the RPC ends.
+    Everything else is the context's own.
+    """
+
+    __slots__ = ("_context", "_pending")
+
+    def __init__(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        self._context = context
+        self._pending: asyncio.Future[None] | None = None
+
+    async def write(self, message: Any) -> None:
+        pending = self._pending = asyncio.ensure_future(self._context.write(message))
+        await asyncio.shield(pending)
+
+    async def settle(self) -> None:
+        """Wait (a little) for a write that a cut interrupted."""
+        pending, self._pending = self._pending, None
+        if pending is None or pending.done():
+            return
+        with contextlib.suppress(Exception):  # The RPC's outcome is decided elsewhere.
+            async with asyncio.timeout(WRITE_SETTLE_TIMEOUT):
+                await pending
+        if not pending.done():
+            pending.cancel()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+
+def _loop_deadline(expires_at: float) -> float:
+    """The event loop's time at Unix time ``expires_at``."""
+    return asyncio.get_running_loop().time() + (expires_at - time.time())
+
 
 #: Trailing metadata of a FragmentStoreHealth whose delete probe ran.
 DELETE_PROBE_TRAILER = "gazette-delete-probe"

@@ -74,10 +74,17 @@ class AppendFSM(ContentPhase):
     """One execution of an append (an Append RPC, or a replica's pulse)."""
 
     def __init__(
-        self, deps: Deps, req: pb2.AppendRequest, *, clock: Callable[[], float] = time.time
+        self,
+        deps: Deps,
+        req: pb2.AppendRequest,
+        *,
+        clock: Callable[[], float] = time.time,
+        authorized: Callable[[pb2.JournalSpec], bool] | None = None,
     ) -> None:
+        """``authorized(spec)``: whether the client's claims select the journal (default: yes)."""
         self.deps = deps
         self.req = req
+        self.authorized = authorized
         self.clock = clock
         self.state = State.RESOLVE
         self.resolved: resolver.Resolution | None = None
@@ -259,6 +266,7 @@ class AppendFSM(ContentPhase):
                     require_primary=True,
                     min_etcd_revision=max(self.req.min_etcd_revision, self.read_through_rev),
                     proxy_header=self.req.header if self.req.HasField("header") else None,
+                    authorized=self.authorized,
                 ),
                 resolved=False,
             )

@@ -9,6 +9,7 @@ the machine needs of its broker (the Service implements it; unit tests fake it).
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Protocol
 
 from gazette.broker.fragment import spool as spool_
@@ -79,6 +80,7 @@ class Deps(Protocol):
         require_primary: bool,
         min_etcd_revision: int = 0,
         proxy_header: pb2.Header | None = None,
+        authorized: Callable[[pb2.JournalSpec], bool] | None = None,
     ) -> resolver.Resolution: ...
 
     def new_pipeline(

@@ -98,6 +98,9 @@ class BrokerConfig:
     auto_suspend: bool = False
     drain_timeout_s: float = 60.0
     http_body_timeout_s: float = 30.0
+    #: ``--broker.auth-keys``: base64 HMAC keys, the first signs (see
+    #: ``gazette.broker.protocol.auth``); empty: no authorization. Kept out of reprs.
+    auth_keys: str = dataclasses.field(default="", repr=False)
 
     @property
     def endpoint(self) -> str:
@@ -329,6 +332,17 @@ _FLAGS: tuple[Flag, ...] = (
         "Suspend journals idle for 15 pulses",
     ),
     (
+        "--broker.auth-keys",
+        "BROKER_AUTH_KEYS",
+        "broker.auth_keys",
+        str,
+        "",
+        "Whitespace or comma separated, base64-encoded keys: the first signs the tokens "
+        "of this broker's calls to its peers, any verifies a request's 'Authorization: "
+        "Bearer' token. The key AA== lets requests without a token through (for rollouts) "
+        "(default: none, every request is allowed)",
+    ),
+    (
         "--broker.http-body-timeout",
         "BROKER_HTTP_BODY_TIMEOUT",
         "broker.http_body_timeout_s",
@@ -371,10 +385,21 @@ def _show(value: object, typ: Callable[[str], Any]) -> str:
     return str(value)
 
 
+#: Flags whose values are secrets: ``--help`` never shows them.
+SECRET_FLAGS = frozenset({"--broker.auth-keys"})
+
+
 def _help(
-    text: str, var: str, default: object, typ: Callable[[str], Any], env: Mapping[str, str]
+    text: str,
+    var: str,
+    default: object,
+    typ: Callable[[str], Any],
+    env: Mapping[str, str],
+    secret: bool = False,
 ) -> str:
     """A flag's help: its text, its variable and its default, said once."""
+    if secret and var in env:
+        return f"{_STATED_DEFAULT.sub('', text)} [${var}] (set by ${var})"
     if var in env:  # The variable sets the default.
         value = typ(env[var])
         return (
@@ -417,7 +442,7 @@ def flag_parser(
             type=typ,
             default=value,
             metavar=var,
-            help=_help(text, var, default, typ, env),
+            help=_help(text, var, default, typ, env, secret=flag in SECRET_FLAGS),
         )
     return parser
 
@@ -454,7 +479,21 @@ def parse(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = Non
             f"--etcd.prefix must be an absolute path without trailing '/': {cfg.etcd.prefix!r}"
         )
     check_broker_spec(cfg.broker)
+    check_auth_keys(cfg.broker.auth_keys)
     return cfg
+
+
+def check_auth_keys(keys: str) -> None:
+    """Exit with one line if ``--broker.auth-keys`` is set but doesn't decode."""
+    if not keys:
+        return
+    from gazette.broker import protocol as pb
+    from gazette.broker.protocol import auth
+
+    try:
+        auth.parse_keys(keys)
+    except pb.AuthorizationError as e:
+        raise SystemExit(f"--broker.auth-keys: {e}") from None
 
 
 def _quote(value: str) -> str:

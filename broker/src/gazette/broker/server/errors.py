@@ -25,6 +25,7 @@ exception                                          gRPC code
 =================================================  ======================
 ``CancelledError``, :class:`Cancelled`             ``CANCELLED``
 ``TimeoutError``                                   ``DEADLINE_EXCEEDED``
+``pb.AuthorizationError`` (a refused token)        ``UNAUTHENTICATED``
 :class:`MessageTooLarge`                           ``RESOURCE_EXHAUSTED``
 :class:`PipelineError`, :class:`LeaseInDoubt`      ``UNAVAILABLE``
 an etcd ``INVALID_ARGUMENT`` (e.g. a txn too big)  ``INVALID_ARGUMENT``
@@ -48,6 +49,7 @@ import re
 import grpc
 
 from gazette import keyspace
+from gazette.broker import protocol as pb
 
 
 class BrokerServerError(Exception):
@@ -183,6 +185,9 @@ def grpc_status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     if isinstance(exc, grpc.aio.AioRpcError):
         return exc.code(), exc.details() or exc.code().name
     details = describe(exc)
+    if isinstance(exc, pb.AuthorizationError):
+        # Gazette answers every refusal so, a missing capability included.
+        return grpc.StatusCode.UNAUTHENTICATED, details
     if isinstance(exc, MessageTooLarge):
         return grpc.StatusCode.RESOURCE_EXHAUSTED, details
     if isinstance(exc, PipelineError | LeaseInDoubt):

@@ -1,7 +1,10 @@
 """The metadata RPCs of ``protocol.Journal``: List, Apply, ListFragments, FragmentStoreHealth.
 
 They answer about journals and stores rather than move their content (that is
-:mod:`gazette.broker.server.api`, which owns the gRPC edge and calls these).
+:mod:`gazette.broker.server.api`, which owns the gRPC edge, verifies tokens and
+calls these with their claims). A journal the claims' selector does not select
+is left out of List, not found by ListFragments, and refused by Apply (before
+and after the change: see :func:`apply`).
 Gazette references: ``broker/list_apply_api.go``, ``fragments_api.go``,
 ``fragment_store_health_api.go``.
 """
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+from collections.abc import Callable
 from typing import Any, cast
 
 import grpc
@@ -19,6 +23,7 @@ from gazette.allocator import routes
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import errors as frag_errors
 from gazette.broker.fragment import stores
+from gazette.broker.protocol import auth
 from gazette.broker.server import errors, metrics, service
 
 MAX_JOURNALS_PER_LIST_RESPONSE = 25
@@ -26,14 +31,38 @@ DEFAULT_FRAGMENTS_PAGE_LIMIT = 1000
 DELETE_PROBE_TIMEOUT = 60.0
 
 
+def authorizer(claims: auth.Claims) -> Callable[[pb.JournalSpec], bool] | None:
+    """Whether ``claims`` select a journal (by its labels and name); None if they select all."""
+    sel = claims.selector
+    if not sel.include.labels and not sel.exclude.labels:
+        return None
+    if not sel.exclude.labels and len(sel.include.labels) == 1:
+        only = sel.include.labels[0]
+        if only.name == "name" and only.value and not only.prefix:
+            # The claims of one journal (every token a client or broker signs for
+            # an append or a read): a spec's labels never hold "name", so comparing
+            # names decides it, without building the spec's label set per append.
+            name = only.value
+            return lambda spec: spec.name == name
+    return lambda spec: pb.matches(sel, pb.label_set_ext(spec))
+
+
 async def list_journals(
     svc: service.Service,
     req: pb.ListRequest,
+    claims: auth.Claims,
     context: grpc.aio.ServicerContext[pb.ListRequest, pb.ListResponse],
 ) -> None:
-    """List journals matching a selector; with ``watch``, again after every change."""
+    """List journals matching a selector; with ``watch``, again after every change.
+
+    Only journals the claims select are listed. Like the request's, the claims'
+    selector may use the ``prefix`` meta-label (as Gazette, only List reads it so).
+    """
     pb.validate(req)
     selector = pb.rewrite_prefix_selector(req.selector)
+    allowed = authorizer(
+        auth.Claims(claims.capability, pb.rewrite_prefix_selector(claims.selector))
+    )
     observed = svc.observed
     min_rev = req.watch_resume.etcd.revision + 1 if req.HasField("watch_resume") else 0
     last_count, last_max_mod = -1, -1
@@ -48,6 +77,8 @@ async def list_journals(
         for i, kv in enumerate(state.items):
             spec: pb.JournalSpec = kv.decoded.spec
             if not pb.matches(selector, pb.label_set_ext(spec)):
+                continue
+            if allowed is not None and not allowed(spec):
                 continue
             max_mod = max(max_mod, kv.mod_revision)
             j = pb.ListResponse.Journal(
@@ -76,13 +107,23 @@ async def list_journals(
 
 
 async def apply(
-    svc: service.Service, req: pb.ApplyRequest, out: metrics.Outcome
+    svc: service.Service, req: pb.ApplyRequest, claims: auth.Claims, out: metrics.Outcome
 ) -> pb.ApplyResponse:
-    """Apply journal spec changes in one checked etcd transaction (keyspace.apply_changes)."""
+    """Apply journal spec changes in one checked etcd transaction (keyspace.apply_changes).
+
+    Each change must be within the claims' selector, or the whole request is
+    refused (``not authorized to <journal>``): an upsert by the new spec's labels
+    and name, a delete by the journal's name (both as Gazette checks them), and
+    either by the labels the journal has now, if it exists, so that a token can
+    neither relabel a journal it doesn't select into its selector nor delete one.
+    """
     limit = svc.config.max_message_size
     if (size := req.ByteSize()) > limit:  # grpc core lets it in: see core_receive_limit.
         raise errors.MessageTooLarge("ApplyRequest", size, limit)
     pb.validate(req)
+    allowed = authorizer(claims)
+    if allowed is not None:
+        _authorize_changes(svc, req, claims, allowed)
     changes: list[keyspace.Change] = []
     for ch in req.changes:
         if ch.HasField("upsert"):
@@ -107,8 +148,29 @@ async def apply(
     return resp
 
 
+def _authorize_changes(
+    svc: service.Service,
+    req: pb.ApplyRequest,
+    claims: auth.Claims,
+    allowed: Callable[[pb.JournalSpec], bool],
+) -> None:
+    state = svc.observed.state
+    for ch in req.changes:
+        if ch.HasField("upsert"):
+            name = ch.upsert.name
+            ok = allowed(ch.upsert)
+        else:
+            name = ch.delete
+            ok = pb.matches(claims.selector, pb.label_set({"name": name}))
+        i = state.find_item(name)
+        if ok and i != -1:
+            ok = allowed(state.item(i).spec)
+        if not ok:
+            raise pb.AuthorizationError(f"not authorized to {name}")
+
+
 async def list_fragments(
-    svc: service.Service, req: pb.FragmentsRequest, out: metrics.Outcome
+    svc: service.Service, req: pb.FragmentsRequest, claims: auth.Claims, out: metrics.Outcome
 ) -> pb.FragmentsResponse:
     """A page of a journal's fragments (optionally signed URLs), proxied to a member if needed."""
     pb.validate(req)
@@ -118,6 +180,7 @@ async def list_fragments(
         may_proxy=not req.do_not_proxy,
         require_primary=False,
         proxy_header=req.header if req.HasField("header") else None,
+        authorized=authorizer(claims),
     )
     resp = pb.FragmentsResponse(status=st(res.status))
     resp.header.CopyFrom(res.header)
@@ -134,7 +197,9 @@ async def list_fragments(
         fwd = pb.FragmentsRequest()
         fwd.CopyFrom(req)
         fwd.header.CopyFrom(res.header)
-        proxied: pb.FragmentsResponse = await svc.peers.stub(endpoint).ListFragments(fwd)
+        proxied: pb.FragmentsResponse = await svc.peers.stub(endpoint).ListFragments(
+            fwd, metadata=svc.peer_metadata(auth.Capability.READ, req.journal) or None
+        )
         return proxied
 
     fragments = await res.replica.index.inspect()

@@ -52,7 +52,9 @@ class Pipeline:
         spool: Any,
         return_spool: Callable[[Any], None],
         stub_for: StubFor,
+        metadata: tuple[tuple[str, str], ...] = (),
     ) -> None:
+        """``metadata`` goes with every Replicate call (the broker's own token, if any)."""
         route = header.route
         assert route.primary != -1, "a pipeline needs a primary"
         self.header = header
@@ -72,7 +74,7 @@ class Pipeline:
                 continue
             endpoint = route.endpoints[i] if i < len(route.endpoints) else ""
             try:
-                self._streams[i] = stub_for(member, endpoint).Replicate()
+                self._streams[i] = stub_for(member, endpoint).Replicate(metadata=metadata or None)
             except Exception as e:  # noqa: BLE001  # recorded; surfaces via send_err()
                 self._send_errs[i] = e
 

@@ -11,8 +11,10 @@ Life of a broker:
 3. Serve: local replicas (:class:`~gazette.broker.server.service.Service`),
    the persister, store health checks, the gRPC service and, on the HTTP
    port, the journal HTTP gateway (:mod:`gazette.broker.http_gateway`:
-   ``GET``/``HEAD``/``PUT /<journal>``, proxied to our own gRPC endpoint) with
-   the diagnostics ``/debug/ready`` and ``/debug/metrics``.
+   ``GET``/``HEAD``/``PUT /<journal>``, proxied to our own gRPC endpoint with
+   the request's ``Authorization`` header) with the diagnostics
+   ``/debug/ready`` and ``/debug/metrics``. With ``--broker.auth-keys`` every
+   RPC needs a token (:mod:`gazette.broker.protocol.auth`).
 4. On SIGTERM or SIGINT: mark the member exiting; the allocator moves every
    journal away, for at most ``--broker.drain-timeout`` (and not at all when
    every broker is exiting: there is nowhere to go). Then local replicas stop
@@ -44,7 +46,7 @@ from gazette import allocator, keyspace
 from gazette.broker import http_gateway, journals
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import persister, spool, stores
-from gazette.broker.protocol import dial
+from gazette.broker.protocol import auth, dial
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 from gazette.broker.server import api, config, flow_control, service
 
@@ -235,6 +237,7 @@ async def serve(
                     recovery_delay=lease_ttl + 2.0,
                 ),
                 lease_valid=lambda: session.lease.valid(loop.time()),
+                authorization=auth.KeyedAuth(bcfg.auth_keys) if bcfg.auth_keys else None,
             )
             persister_task = tg.create_task(pers.serve(), name="persister")
             replicas_task = tg.create_task(svc.run(), name="replicas")

@@ -29,7 +29,7 @@ from gazette import allocator
 from gazette.allocator import txn
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import persister, spool, stores
-from gazette.broker.protocol import dial
+from gazette.broker.protocol import auth, dial
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 from gazette.broker.server import append_fsm, errors, flow_control, pipeline, replica, resolver
 
@@ -120,8 +120,12 @@ class Service:
         *,
         clock: Callable[[], float] = time.time,
         lease_valid: Callable[[], bool] = lambda: True,
+        authorization: auth.KeyedAuth | auth.NoopAuth | None = None,
     ) -> None:
         self.etcd = etcd
+        #: Verifies the tokens of RPCs, and signs those of our calls to peers
+        #: (``--broker.auth-keys``; without keys, everything is allowed).
+        self.auth: auth.KeyedAuth | auth.NoopAuth = authorization or auth.NoopAuth()
         self.lease_valid = lease_valid
         self.observed = observed
         self.registry = registry
@@ -175,6 +179,15 @@ class Service:
     def unrouted_header(self) -> pb.Header:
         return resolver.unrouted_header(self.observed, self.local_id())
 
+    def peer_metadata(self, capability: int, journal: str) -> auth.Metadata:
+        """The token of a call we make to a peer on a client's behalf, or for replication.
+
+        Narrowed to what the call needs, as Gazette's brokers sign theirs:
+        ``capability`` over ``journal`` alone (a proxied Append has APPEND, a
+        forwarded Read or ListFragments READ, a pipeline REPLICATE).
+        """
+        return self.auth.authorize(auth.journal_claims(capability, journal), auth.LIFETIME)
+
     # -- ReplicaHost --------------------------------------------------------------------
 
     def lookup_spec(self, journal: str) -> pb.JournalSpec | None:
@@ -224,6 +237,7 @@ class Service:
         require_primary: bool,
         min_etcd_revision: int = 0,
         proxy_header: pb.Header | None = None,
+        authorized: Callable[[pb.JournalSpec], bool] | None = None,
     ) -> resolver.Resolution:
         if require_primary:
             self.check_lease()  # Appends: an earlier primary must not fork the journal.
@@ -233,6 +247,7 @@ class Service:
             require_primary=require_primary,
             min_etcd_revision=min_etcd_revision,
             proxy_header=proxy_header,
+            authorized=authorized,
         )
 
     def new_pipeline(self, resolution: resolver.Resolution, spool_: object) -> pipeline.Pipeline:
@@ -245,6 +260,7 @@ class Service:
             spool_,
             rep.spool_slot.put_nowait,
             lambda _member, endpoint: self.peers.stub(endpoint),
+            self.peer_metadata(auth.Capability.REPLICATE, rep.journal),
         )
 
     async def update_assignments(self, resolution: resolver.Resolution) -> int:
