@@ -40,8 +40,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 # pyarrow ships no type information (no py.typed); its values are Any here.
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -75,7 +75,6 @@ HEAD_ATTEMPTS = 20
 HEAD_RETRY_DELAY = 0.25
 
 Offsets = dict[str, int]
-_T = TypeVar("_T")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -105,17 +104,9 @@ class StreamOptions:
         return cls(source=source, starting_offsets=starting)
 
 
-def _client_config(opts: options.SourceOptions) -> client.ClientConfig:
-    # wait_for_ready=False: a broker that is down is an error now, not a hang.
-    return client.ClientConfig(
-        address=opts.broker, auth_token=opts.auth_token, wait_for_ready=False
-    )
-
-
-def _run(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run a coroutine on a fresh loop (the planner is Spark's own Python worker)."""
-    with asyncio.Runner() as runner:
-        return runner.run(coro)
+# Shared with batch reads: the client of a planner and a fresh event loop per call.
+_client_config = reader._client_config
+_run = reader._run
 
 
 # -- Write heads ------------------------------------------------------------------------
