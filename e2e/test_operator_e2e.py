@@ -128,29 +128,10 @@ async def objects(kube: kubeapi.KubeAPIServer, ns: str, plural: str) -> list[dic
 
 
 def ready_of(obj: dict[str, Any], kind: str = "Ready") -> tuple[str, str]:
-    for cond in obj.get("status", {}).get("conditions", ()):
-        if cond["type"] == kind:
-            return cond["status"], cond["reason"]
-    return "", ""
+    return kubeapi.condition(obj, kind)[:2]
 
 
-async def wait_ready(
-    kube: kubeapi.KubeAPIServer,
-    ns: str,
-    plural: str,
-    want: dict[str, tuple[str, str]],
-    kind: str = "Ready",
-) -> dict[str, dict[str, Any]]:
-    """Wait until the named objects report the wanted (status, reason) of condition ``kind``."""
-    got: dict[str, dict[str, Any]] = {}
-
-    async def check() -> bool:
-        got.clear()
-        got.update({o["metadata"]["name"]: o for o in await objects(kube, ns, plural)})
-        return all(n in got and ready_of(got[n], kind) == w for n, w in want.items())
-
-    await kubeapi.eventually(check, within=60, what=f"{plural} Ready {want}")
-    return got
+wait_ready = kubeapi.wait_conditions
 
 
 async def test_apply_get_edit_delete_as_a_user_would(

@@ -74,30 +74,14 @@ async def apply(kube: kubeapi.KubeAPIServer, ns: str, *objects: dict[str, Any]) 
     )
 
 
-async def get(kube: kubeapi.KubeAPIServer, *args: str) -> dict[str, Any]:
-    out = await kube.kubectl_async("get", *args, "-o", "json")
-    return dict(json.loads(out.stdout))
+get = kubeapi.get_json
 
 
 def condition(obj: dict[str, Any], kind: str) -> tuple[str, str]:
-    for cond in obj.get("status", {}).get("conditions", ()):
-        if cond["type"] == kind:
-            return cond["status"], cond["reason"]
-    return "", ""
+    return kubeapi.condition(obj, kind)[:2]
 
 
-async def wait_for(
-    kube: kubeapi.KubeAPIServer, ns: str, plural: str, want: dict[str, tuple[str, str]], kind: str
-) -> dict[str, dict[str, Any]]:
-    got: dict[str, dict[str, Any]] = {}
-
-    async def check() -> bool:
-        got.clear()
-        got.update({o["metadata"]["name"]: o for o in (await get(kube, plural, "-n", ns))["items"]})
-        return all(n in got and condition(got[n], kind) == w for n, w in want.items())
-
-    await kubeapi.eventually(check, within=60, what=f"{plural} {kind} {want}")
-    return got
+wait_for = kubeapi.wait_conditions
 
 
 async def keys(client: Any, prefix: str) -> list[str]:

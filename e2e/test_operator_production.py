@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import json
 import secrets
 import subprocess
 from collections.abc import Callable, Iterator
@@ -54,35 +53,9 @@ def manifest(*objects: dict[str, Any]) -> str:
     return yaml.safe_dump_all(objects, sort_keys=False)
 
 
-async def get(kube: kubeapi.KubeAPIServer, *args: str) -> dict[str, Any]:
-    out = await kube.kubectl_async("get", *args, "-o", "json")
-    return dict(json.loads(out.stdout))
-
-
-def condition(obj: dict[str, Any], kind: str = "Ready") -> tuple[str, str, str]:
-    for cond in obj.get("status", {}).get("conditions", ()):
-        if cond["type"] == kind:
-            return cond["status"], cond["reason"], cond["message"]
-    return "", "", ""
-
-
-async def wait_conditions(
-    kube: kubeapi.KubeAPIServer,
-    ns: str,
-    plural: str,
-    want: dict[str, tuple[str, str]],
-    kind: str = "Ready",
-) -> dict[str, dict[str, Any]]:
-    got: dict[str, dict[str, Any]] = {}
-
-    async def check() -> bool:
-        got.clear()
-        items = (await get(kube, plural, "-n", ns))["items"]
-        got.update({o["metadata"]["name"]: o for o in items})
-        return all(n in got and condition(got[n], kind)[:2] == w for n, w in want.items())
-
-    await kubeapi.eventually(check, within=60, what=f"{plural} {kind} {want}")
-    return got
+get = kubeapi.get_json
+condition = kubeapi.condition
+wait_conditions = kubeapi.wait_conditions
 
 
 @pytest.fixture(scope="module")

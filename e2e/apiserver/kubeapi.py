@@ -29,6 +29,7 @@ import base64
 import contextlib
 import datetime
 import ipaddress
+import json
 import os
 import pathlib
 import secrets
@@ -450,3 +451,39 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {within}s waiting for {what}")
         await asyncio.sleep(0.2)
+
+
+async def get_json(kube: KubeAPIServer, *args: str) -> dict[str, Any]:
+    """``kubectl get ARGS -o json``, decoded."""
+    out = await kube.kubectl_async("get", *args, "-o", "json")
+    return dict(json.loads(out.stdout))
+
+
+def condition(obj: dict[str, Any], kind: str = "Ready") -> tuple[str, str, str]:
+    """(status, reason, message) of an object's condition ``kind``; empty strings if absent."""
+    for cond in (obj.get("status") or {}).get("conditions", ()):
+        if cond["type"] == kind:
+            return cond["status"], cond["reason"], cond.get("message", "")
+    return "", "", ""
+
+
+async def wait_conditions(
+    kube: KubeAPIServer,
+    ns: str,
+    plural: str,
+    want: dict[str, tuple[str, str]],
+    kind: str = "Ready",
+    within: float = 60,
+) -> dict[str, dict[str, Any]]:
+    """Wait until the named objects report the wanted (status, reason) of condition
+    ``kind``; returns every object of ``plural`` in ``ns`` by name."""
+    got: dict[str, dict[str, Any]] = {}
+
+    async def check() -> bool:
+        got.clear()
+        items = (await get_json(kube, plural, "-n", ns))["items"]
+        got.update({o["metadata"]["name"]: o for o in items})
+        return all(n in got and condition(got[n], kind)[:2] == w for n, w in want.items())
+
+    await eventually(check, within=within, what=f"{plural} {kind} {want}")
+    return got
