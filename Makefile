@@ -14,6 +14,8 @@ DATA   ?= .local
 # etcd's E (peer E+1) and the first broker's B (broker i: gRPC B+2i, HTTP B+2i+1), e.g.
 # UP_ARGS="--port-base 9000" (etcd 9000, brokers 9002..9007) or "--etcd-port 0 --broker-port 0" (any).
 UP_ARGS ?=
+# SECURE=1: `make up` with mutual TLS and bearer tokens (a throwaway CA under $(DATA)/tls).
+SECURE ?=
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 PROTOS := broker/src/gazette/broker/protocol/protocol.proto \
@@ -23,7 +25,7 @@ PROTOS := broker/src/gazette/broker/protocol/protocol.proto \
 
 .PHONY: help
 help: ## List the targets.
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
 
 $(VENV)/.installed: constraints.txt requirements/dev.in $(foreach m,$(MEMBERS),$(m)/pyproject.toml)
 	@echo "installing the virtualenv in $(VENV) (every member and the dev tools; a few minutes the first time)"
@@ -81,11 +83,11 @@ images: ## Build images/*/Dockerfile as gazette-<name>:$(IMAGE_TAG) (needs docke
 		$(ENGINE) build -f images/$$i/Dockerfile -t gazette-$$i:$(IMAGE_TAG) . || exit 1; done
 
 .PHONY: helm
-helm: ## Build helm and kwok from their Go modules into .cache/ (slow once).
-	@e2e/helm/build.sh "" helm kwok
+helm: ## Build helm, kwok and kind from their Go modules into the tool cache (e2e/cache-root.sh; slow once).
+	@e2e/helm/build.sh "" helm kwok kind
 
 .PHONY: apiserver
-apiserver: ## Build kube-apiserver, kubectl, kube-controller-manager, kube-scheduler and etcd 3.6 into .cache/k8s/<version>/bin (Go; slow once).
+apiserver: ## Build kube-apiserver, kubectl, kube-controller-manager, kube-scheduler and etcd 3.6 into the tool cache's k8s/<version>/bin (Go; slow once).
 	@e2e/apiserver/build.sh
 
 .PHONY: lint
@@ -119,6 +121,11 @@ test: $(VENV)/.installed ## What CI runs: lint, then unit and integration tests.
 e2e: $(VENV)/.installed ## End-to-end suites (kube-apiserver + kwok; kind where Docker runs).
 	$(PY) -m pytest -q -m e2e
 
+.PHONY: e2e-kind
+e2e-kind: $(VENV)/.installed ## Tier 2 on kind (needs Docker): make images, a 3-zone kind cluster, helm install, e2e/kind (slow).
+	@command -v docker >/dev/null && docker info >/dev/null 2>&1 || { echo "make e2e-kind: needs a running Docker (kind runs the Kubernetes nodes as containers)"; exit 1; }
+	GAZETTE_KIND=1 $(PY) -m pytest -q -s -m e2e e2e/kind
+
 # SIGKILLs of `make chaos`, in all (split between the spaced and the rapid scenario).
 CHAOS_KILLS ?= 100
 
@@ -130,9 +137,13 @@ chaos: $(VENV)/.installed ## Fault suite, long: CHAOS_KILLS (default 100) SIGKIL
 bench: $(VENV)/.installed ## Benchmarks (figures, not pass/fail).
 	$(PY) -m bench
 
+.PHONY: bench-go
+bench-go: $(VENV)/.installed ## Ours beside Go Gazette v0.103, same etcd, same load (builds Go's binaries into the tool cache once).
+	$(PY) -m bench.bench_go
+
 .PHONY: up
-up: $(VENV)/.installed ## Start etcd, 3 brokers in 2 zones and the HTTP gateway under $(DATA)/; apply examples/journals.yaml. Ports: UP_ARGS="--port-base P".
-	$(PY) -m devcluster up --data $(DATA) $(UP_ARGS)
+up: $(VENV)/.installed ## Start etcd, 3 brokers in 2 zones and the HTTP gateway under $(DATA)/; apply examples/journals.yaml. Ports: UP_ARGS="--port-base P". SECURE=1: mutual TLS and tokens.
+	$(PY) -m devcluster up --data $(DATA) $(if $(SECURE),--secure) $(UP_ARGS)
 
 .PHONY: down
 down: ## Stop what `make up` started, and only that.

@@ -31,9 +31,21 @@ until they take appends, and prints what to try next. ``<data>/env`` holds
 shell to source. Consumers join as further
 entries of :data:`COMPONENTS`.
 
+``up --secure`` (``make up SECURE=1``) runs the same cluster with mutual TLS
+and authorization: a throwaway CA and certificates under ``<data>/tls``
+(:mod:`gazette.broker.protocol.tlstesting`; the node certificate names
+``localhost`` and ``127.0.0.1``), and an HMAC key in ``<data>/tls/auth-keys``.
+Brokers serve ``https://`` with their certificate, require client certificates
+of the CA, dial each other with theirs, and require bearer tokens
+(``--broker.auth-keys``). etcd stays plaintext on loopback. ``<data>/env`` then
+also sets gazctl's ``BROKER_CERT_FILE``, ``BROKER_CERT_KEY_FILE``,
+``BROKER_TRUSTED_CA_FILE`` and ``BROKER_AUTH_KEYS``, and ``BROKER_AUTH_TOKEN``
+(a token of every capability, for a day) for ``curl``; ``up`` prints them.
+
 Usage::
 
     python -m devcluster up --data .local
+    python -m devcluster up --data .local --secure
     python -m devcluster status --data .local
     python -m devcluster down --data .local
 """
@@ -41,13 +53,16 @@ Usage::
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import itertools
 import json
 import os
 import pathlib
+import secrets
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -57,6 +72,7 @@ from collections.abc import Callable
 
 from gazette.broker import client, journalspace
 from gazette.broker import protocol as pb
+from gazette.broker.protocol import auth, tlstesting
 from gazette.gazctl import journals
 from gazette.keyspace import testing
 
@@ -113,6 +129,8 @@ class Options:
     journals: pathlib.Path | None = EXAMPLE_JOURNALS
     #: Seconds to wait for each process to serve.
     timeout: float = 90.0
+    #: Mutual TLS and authorization (see the module docstring).
+    secure: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -219,11 +237,18 @@ def _spawn(argv: list[str], log: pathlib.Path) -> int:
     return proc.pid
 
 
-def _wait_http(url: str, pid: int, name: str, log: pathlib.Path, timeout: float) -> None:
+def _wait_http(
+    url: str,
+    pid: int,
+    name: str,
+    log: pathlib.Path,
+    timeout: float,
+    context: ssl.SSLContext | None = None,
+) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            with urllib.request.urlopen(url, timeout=1) as resp:
+            with urllib.request.urlopen(url, timeout=1, context=context) as resp:
                 if resp.status == 200:
                     return
         except (OSError, urllib.error.URLError):
@@ -273,11 +298,16 @@ def _broker_starter(index: int) -> Callable[[Options, list[Process], Say], Proce
             "--broker.drain-timeout", DRAIN_TIMEOUT,
             "--log.level", "info",
         ]  # fmt: skip
+        context, scheme = None, "http"
+        if options.secure:
+            certs = secure_certs(options.data)
+            argv += [*certs.broker_args(), "--broker.auth-keys", _auth_keys(options.data)]
+            context, scheme = certs.client_ssl_context(), "https"
         log = bdir / "broker.log"
         pid = _spawn(argv, log)
-        http = f"http://127.0.0.1:{http_port}"
-        _wait_http(f"{http}/debug/ready", pid, suffix, log, options.timeout)
-        return Process(suffix, pid, argv, f"http://127.0.0.1:{port}", str(log), 1, http)
+        http = f"{scheme}://127.0.0.1:{http_port}"
+        _wait_http(f"{http}/debug/ready", pid, suffix, log, options.timeout, context)
+        return Process(suffix, pid, argv, f"{scheme}://127.0.0.1:{port}", str(log), 1, http)
 
     return start
 
@@ -289,14 +319,73 @@ COMPONENTS: list[Component] = [
 ]
 
 
+# --- TLS and authorization (--secure) -----------------------------------------------
+
+#: Lifetime of the bearer token ``up --secure`` mints for curl.
+TOKEN_LIFETIME = 24 * 3600.0
+
+
+def _tls_dir(data: pathlib.Path) -> pathlib.Path:
+    return (data / "tls").resolve()
+
+
+def _make_secrets(data: pathlib.Path) -> None:
+    """A fresh CA, certificates and auth key under ``<data>/tls`` (each ``up`` makes new ones)."""
+    tlstesting.make_certs(_tls_dir(data))
+    key = _tls_dir(data) / "auth-keys"
+    fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(base64.b64encode(secrets.token_bytes(32)).decode() + "\n")
+
+
+def secure_certs(data: pathlib.Path) -> tlstesting.Certs:
+    """The certificates ``up --secure`` made under ``data``."""
+    d = _tls_dir(data)
+    ca = tlstesting.CA(d, "ca", d / "ca.crt", d / "ca.key")
+    return tlstesting.Certs(ca, d / "node.crt", d / "node.key", d / "client.crt", d / "client.key")
+
+
+def _auth_keys(data: pathlib.Path) -> str:
+    return (_tls_dir(data) / "auth-keys").read_text().strip()
+
+
+def _client_config(options: Options, broker: str) -> client.ClientConfig:
+    if not options.secure:
+        return client.ClientConfig(address=broker)
+    tls = secure_certs(options.data).client_tls()
+    return client.ClientConfig(
+        address=broker,
+        auth_keys=_auth_keys(options.data),
+        cert_file=tls.cert_file,
+        cert_key_file=tls.key_file,
+        trusted_ca_file=tls.ca_file,
+    )
+
+
+def _secure_env(options: Options) -> list[tuple[str, str]]:
+    """gazctl's (and curl's) variables of a ``--secure`` cluster."""
+    certs = secure_certs(options.data)
+    keys = _auth_keys(options.data)
+    token = auth.KeyedAuth(keys).sign(
+        auth.Claims(auth.Capability.ALL, pb.LabelSelector()), TOKEN_LIFETIME
+    )
+    return [
+        *certs.client_env().items(),
+        ("BROKER_AUTH_KEYS", keys),
+        ("BROKER_AUTH_TOKEN", token),
+    ]
+
+
 # --- Journals ------------------------------------------------------------------
 
 
-async def _apply_journals(broker: str, text: str, within: float, say: Say) -> list[str]:
+async def _apply_journals(
+    options: Options, broker: str, text: str, within: float, say: Say
+) -> list[str]:
     tree = journalspace.load(text)
     request = pb.ApplyRequest(changes=journalspace.flatten(tree))
     names = [c.upsert.name for c in request.changes if c.HasField("upsert")]
-    async with client.JournalClient(client.ClientConfig(address=broker)) as jc:
+    async with client.JournalClient(_client_config(options, broker)) as jc:
         existing = await client.list_journals(jc)
         revisions = {j.spec.name: j.mod_revision for j in existing.journals}
         for change in request.changes:
@@ -333,6 +422,8 @@ def _write_env(options: Options, processes: list[Process]) -> pathlib.Path:
         # The journal HTTP gateway, on the first broker's HTTP port.
         f"export GATEWAY={broker.http}",
     ]
+    if options.secure:
+        lines += [f"export {k}={v}" for k, v in _secure_env(options)]
     path = options.data / "env"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -348,14 +439,27 @@ def _next_steps(options: Options, processes: list[Process], journals: list[str],
         (j for j in journals if j.startswith("examples/logs/")), journals[0] if journals else ""
     )
     say("")
+    curl = "curl"
+    if options.secure:
+        flag = ""  # BROKER_ADDRESS is set below.
+        env = options.data / "env"
+        say(f"mutual TLS and authorization: gazctl needs these variables (`source {env}`):")
+        for key, value in [("BROKER_ADDRESS", broker), *_secure_env(options)]:
+            shown = value if key not in ("BROKER_AUTH_KEYS", "BROKER_AUTH_TOKEN") else "..."
+            say(f"  export {key}={shown}")
+        say(f"(the keys are in {_tls_dir(options.data) / 'auth-keys'}; the values in {env})")
+        curl = (
+            'curl --cacert "$BROKER_TRUSTED_CA_FILE" --cert "$BROKER_CERT_FILE"'
+            ' --key "$BROKER_CERT_KEY_FILE" -H "Authorization: Bearer $BROKER_AUTH_TOKEN"'
+        )
     say(f"applied {len(journals)} journals from {options.journals}. Try:")
     say(f"  gazctl journals list -l topic=logs{flag}")
     if journal:
         say(f"  echo hello | gazctl journals append -l name={journal}{flag}")
         say(f"  gazctl journals read -l name={journal}{flag}")
         gw = by_name[BROKERS[0][0]].http  # Every broker's HTTP port serves the gateway.
-        say(f"  echo 'hello over http' | curl -X PUT --data-binary @- {gw}/{journal}")
-        say(f"  curl '{gw}/{journal}?offset=0'")
+        say(f"  echo 'hello over http' | {curl} -X PUT --data-binary @- {gw}/{journal}")
+        say(f"  {curl} '{gw}/{journal}?offset=0'")
     say(
         f"(`source {options.data / 'env'}` sets BROKER_ADDRESS for gazctl and GATEWAY for curl; "
         "`make down` stops it all.)"
@@ -413,6 +517,8 @@ def up(options: Options, say: Say = print) -> list[Process]:
         say("stop it with: make down")
         return running
 
+    if options.secure:
+        _make_secrets(options.data)
     started: list[Process] = []
     try:
         for component in COMPONENTS:
@@ -433,7 +539,7 @@ def up(options: Options, say: Say = print) -> list[Process]:
         broker = next(p.endpoint for p in started if p.name == BROKERS[0][0])
         try:
             journals = asyncio.run(
-                _apply_journals(broker, options.journals.read_text(), options.timeout, say)
+                _apply_journals(options, broker, options.journals.read_text(), options.timeout, say)
             )
         except (client.errors.ClientError, journalspace.JournalSpaceError, pb.ValidationError) as e:
             raise StartError(f"applying {options.journals} failed: {e}") from e

@@ -49,6 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-journals", action="store_true", help="apply no journals")
     parser.add_argument(
+        "--secure",
+        action="store_true",
+        help="up: mutual TLS (a throwaway CA under DATA/tls) and bearer-token authorization"
+        " (--broker.auth-keys); DATA/env then holds gazctl's certificate and key variables",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=devcluster.STOP_TIMEOUT,
@@ -67,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             etcd_port=etcd_port,
             broker_port=broker_port,
             journals=None if args.no_journals else args.journals,
+            secure=args.secure,
         )
         try:
             devcluster.up(options)

@@ -1,7 +1,7 @@
 """Fixtures of the end-to-end suites: a real kube-apiserver, Gazette's etcd, the operator.
 
 * ``kube``: kube-apiserver (built from Go by ``e2e/apiserver/build.sh``, cached in
-  ``.cache/k8s``) over an etcd 3.6 of its own (built there too), with the Journal and Shard CRDs of
+  the tool cache's ``k8s/``, outside the checkout: ``e2e/cache-root.sh``) over an etcd 3.6 of its own (built there too), with the Journal and Shard CRDs of
   ``crds/`` installed by ``kubectl apply``, once per session. The build, when the
   binaries are missing, runs after collection, outside any test's timeout. Tests
   using it are skipped, saying why, only when there is no Go toolchain.

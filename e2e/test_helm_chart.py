@@ -1,6 +1,6 @@
 """The chart charts/gazette: lint, render, refuse bad values, and pass a real API server.
 
-helm is built from its Go module (``e2e/helm/build.sh``, cached under ``.cache/helm``);
+helm is built from its Go module (``e2e/helm/build.sh``, in the tool cache, ``e2e/cache-root.sh``);
 the server-side dry runs use the ``kube`` fixture's kube-apiserver (CRDs installed).
 Tests skip only when there is no Go toolchain; a failed build fails them.
 """
@@ -165,6 +165,62 @@ def test_production_values(helm_bin: pathlib.Path) -> None:
         "kubernetes.io/hostname",
     }
     assert consumer["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"] == "local-ssd"
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a label selector (matchLabels and matchExpressions) selects these labels."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for e in selector.get("matchExpressions", []):
+        value = labels.get(e["key"])
+        if e["operator"] == "In" and value not in e["values"]:
+            return False
+        if e["operator"] == "NotIn" and value in e["values"]:
+            return False
+    return True
+
+
+def test_service_monitors_scrape_brokers_consumers_and_the_operator(
+    helm_bin: pathlib.Path,
+) -> None:
+    objects = helm.template(
+        helm_bin,
+        values=[PRODUCTION],
+        api_versions=["monitoring.coreos.com/v1/ServiceMonitor"],
+        kube_version="1.36.0",
+    )
+    services = _by_kind(objects, "Service")
+
+    def scraped(monitor: dict[str, Any]) -> set[tuple[str, str, str]]:
+        """(Service, port name, path) of every endpoint the monitor finds."""
+        found = set()
+        for svc in services:
+            if not _selects(monitor["spec"]["selector"], svc["metadata"]["labels"]):
+                continue
+            for endpoint in monitor["spec"]["endpoints"]:
+                for port in svc["spec"]["ports"]:
+                    if port["name"] == endpoint["port"]:
+                        found.add((svc["metadata"]["name"], port["name"], endpoint["path"]))
+        return found
+
+    # Brokers (every pod, through the headless Service) and consumers, not the operator.
+    assert scraped(_one(objects, "ServiceMonitor", "gazette")) == {
+        ("gazette-broker-headless", "http", "/debug/metrics"),
+        ("gazette-stream-sum", "http", "/debug/metrics"),
+    }
+    # The operator's /metrics, served by --health.address on the container's health port.
+    assert scraped(_one(objects, "ServiceMonitor", "-operator")) == {
+        ("gazette-operator-metrics", "metrics", "/metrics"),
+    }
+    svc = _one(objects, "Service", "-operator-metrics")
+    assert svc["spec"]["ports"][0]["targetPort"] == "health"
+    deploy = _one(objects, "Deployment", "-operator")
+    assert _selects(
+        {"matchLabels": svc["spec"]["selector"]}, deploy["spec"]["template"]["metadata"]["labels"]
+    )
+    operator = _container(deploy["spec"]["template"]["spec"], "operator")
+    assert "--health.address=:8080" in operator["args"]
+    assert {"name": "health", "containerPort": 8080, "protocol": "TCP"} in operator["ports"]
 
 
 def test_zone_from_node_reads_only_its_node(helm_bin: pathlib.Path) -> None:

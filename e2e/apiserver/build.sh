@@ -6,7 +6,8 @@
 #
 #   e2e/apiserver/build.sh [OUT_ROOT [COMMAND...]]
 #
-# OUT_ROOT defaults to <repo>/.cache/k8s; COMMANDs (default: all five) name what to
+# OUT_ROOT defaults to the tool cache's k8s folder, outside the checkout
+# (`e2e/cache-root.sh k8s`: $GAZETTE_CACHE/k8s, else ~/.cache/gazette/k8s); COMMANDs (default: all five) name what to
 # build, e.g. `build.sh "" kube-apiserver kubectl etcd` for what the tests need.
 # Prints the bin folder (OUT_ROOT/<version>/bin). Binaries already present are
 # not rebuilt (etcd is, when it is not the pinned version). The build is niced and
@@ -21,7 +22,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-out_root="${1:-$repo/.cache/k8s}"
+out_root="${1:-$("$repo/e2e/cache-root.sh" k8s)}"
 shift || true
 commands=("$@")
 if [[ ${#commands[@]} -eq 0 ]]; then

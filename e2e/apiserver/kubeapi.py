@@ -4,7 +4,8 @@ The binaries (kube-apiserver, kubectl, kube-controller-manager, kube-scheduler)
 are built from the ``k8s.io/kubernetes`` Go module pinned in ``go.mod`` beside
 this file, and the etcd server under them from the ``go.etcd.io/etcd/server/v3``
 module pinned in ``etcd/go.mod``, by ``build.sh`` (``make apiserver``), into
-``.cache/k8s/<version>/bin`` so later runs reuse them. :func:`binaries` finds
+``k8s/<version>/bin`` of the tool cache (:func:`cache_root`, outside the checkout) so later runs
+and fresh clones reuse them. :func:`binaries` finds
 them, building if Go is there.
 
 :class:`KubeAPIServer` runs kube-apiserver over an etcd of its own
@@ -28,6 +29,7 @@ import asyncio
 import base64
 import contextlib
 import datetime
+import functools
 import ipaddress
 import json
 import os
@@ -66,7 +68,7 @@ __all__ = [
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-#: Overrides where the binaries are cached (default: <repo>/.cache/k8s).
+#: Overrides where the binaries are cached (default: <cache_root()>/k8s).
 CACHE_ENV = "GAZETTE_K8S_CACHE"
 BINARIES = ("kube-apiserver", "kubectl", "etcd")
 
@@ -93,9 +95,27 @@ def etcd_version() -> str:
     raise RuntimeError("no go.etcd.io/etcd/server/v3 requirement in e2e/apiserver/etcd/go.mod")
 
 
+@functools.cache
+def cache_root() -> pathlib.Path:
+    """The tool cache of the tests, outside any checkout (``e2e/cache-root.sh``).
+
+    ``$GAZETTE_CACHE``, else ``${XDG_CACHE_HOME:-~/.cache}/gazette``: a fresh clone reuses
+    what an earlier one built. The script is the one place that says so, for the shell
+    build scripts and the Python helpers alike.
+    """
+    out = subprocess.run(
+        [str(REPO / "e2e" / "cache-root.sh")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    return pathlib.Path(out.strip())
+
+
 def bin_dir() -> pathlib.Path:
     """Where the binaries of the pinned version live (built or not)."""
-    root = os.environ.get(CACHE_ENV) or str(REPO / ".cache" / "k8s")
+    root = os.environ.get(CACHE_ENV) or str(cache_root() / "k8s")
     return pathlib.Path(root) / k8s_version() / "bin"
 
 

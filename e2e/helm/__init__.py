@@ -1,7 +1,8 @@
 """Helm 3, built from its Go module, and the chart ``charts/gazette``, for the e2e suites.
 
 ``build.sh`` beside this file builds ``helm`` from the ``helm.sh/helm/v3`` module pinned
-in ``go.mod`` into ``.cache/helm/<version>/helm`` (once; later runs reuse it).
+in ``go.mod`` into ``helm/<version>/helm`` of the tool cache (``e2e/cache-root.sh``,
+outside the checkout; once, later runs and fresh clones reuse it).
 :func:`binary` finds it, building it if Go is there; :func:`run` runs it;
 :func:`template` renders the chart into a list of objects::
 
@@ -24,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import yaml
+from apiserver import kubeapi
 
 __all__ = [
     "CHART",
@@ -40,7 +42,7 @@ __all__ = [
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 CHART = REPO / "charts" / "gazette"
-#: Overrides the root of build.sh's output (default: <repo>/.cache; helm goes to
+#: Overrides the root of build.sh's output (default: the tool cache; helm goes to
 #: <root>/helm/<version>/helm, kwok to <root>/kwok/<version>/kwok).
 CACHE_ENV = "GAZETTE_HELM_CACHE"
 #: Bound of one build (a cold module cache downloads, then compiles on 2 cores: ~3 min).
@@ -52,7 +54,7 @@ class HelmUnavailableError(RuntimeError):
 
 
 def _cache_root() -> pathlib.Path:
-    return pathlib.Path(os.environ.get(CACHE_ENV) or str(REPO / ".cache"))
+    return pathlib.Path(os.environ.get(CACHE_ENV) or str(kubeapi.cache_root()))
 
 
 def version() -> str:

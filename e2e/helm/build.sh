@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Build Helm 3 (`helm`) from the helm.sh/helm/v3 module pinned in go.mod beside this
-# script, and kwok (fake nodes for the tier-1 suite) from the sigs.k8s.io/kwok module
-# pinned in kwok/go.mod, each once per version, and print the binaries' paths:
+# script, kwok (fake nodes for the tier-1 suite) from the sigs.k8s.io/kwok module
+# pinned in kwok/go.mod, and kind (the tier-2 suite's clusters) from the sigs.k8s.io/kind
+# module pinned in e2e/kind/go.mod, each once per version, and print the binaries' paths:
 #
 #   e2e/helm/build.sh [OUT_ROOT [TOOL...]]
 #
-# TOOLs are helm (the default) and kwok. OUT_ROOT defaults to <repo>/.cache; a tool
+# TOOLs are helm (the default), kwok and kind. OUT_ROOT defaults to the tool cache
+# outside the checkout (`e2e/cache-root.sh`: $GAZETTE_CACHE, else ~/.cache/gazette); a tool
 # goes to OUT_ROOT/<tool>/<version>/<tool> and is not rebuilt when present. Modules
 # are pinned by `tool` directives (`go install pkg@version` is not used). helm's
 # ldflags are those of its Makefile: its version, and the Kubernetes version that
@@ -16,7 +18,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-out_root="${1:-$repo/.cache}"
+out_root="${1:-$("$repo/e2e/cache-root.sh")}"
 shift || true
 tools=("$@")
 if [[ ${#tools[@]} -eq 0 ]]; then
@@ -36,8 +38,10 @@ for tool in "${tools[@]}"; do
       dir="$here"; module=helm.sh/helm/v3; pkg=helm.sh/helm/v3/cmd/helm ;;
     kwok)
       dir="$here/kwok"; module=sigs.k8s.io/kwok; pkg=sigs.k8s.io/kwok/cmd/kwok ;;
+    kind)
+      dir="$repo/e2e/kind"; module=sigs.k8s.io/kind; pkg=sigs.k8s.io/kind ;;
     *)
-      echo "build.sh: unknown tool $tool (helm, kwok)" >&2; exit 2 ;;
+      echo "build.sh: unknown tool $tool (helm, kwok, kind)" >&2; exit 2 ;;
   esac
   version="$(pinned "$dir" "$module")"
   if [[ -z "$version" ]]; then

@@ -1,9 +1,9 @@
 """A scheduling cluster on loopback: kube-apiserver, controller-manager, scheduler, kwok nodes.
 
 Tier 1 of the chart's end-to-end tests: real Kubernetes control-plane binaries (built
-from Go modules by ``e2e/apiserver/build.sh``, cached in ``.cache/k8s/<version>/bin``)
+from Go modules by ``e2e/apiserver/build.sh``, cached in the tool cache's ``k8s/<version>/bin``)
 over an etcd of their own, and kwok (``e2e/helm/build.sh kwok``, cached in
-``.cache/kwok/<version>``) playing the kubelets of fake nodes: pods are created by the
+``kwok/<version>`` of the tool cache) playing the kubelets of fake nodes: pods are created by the
 controllers, placed by the real scheduler (topology spread, PodTopologyLabels
 admission), and marked running and ready by kwok, without containers::
 
@@ -49,7 +49,7 @@ def kwok_version() -> str:
 
 def kwok_binary() -> pathlib.Path:
     """kwok, built first if missing (raises HelmUnavailableError without Go)."""
-    root = pathlib.Path(os.environ.get("GAZETTE_HELM_CACHE") or str(kubeapi.REPO / ".cache"))
+    root = pathlib.Path(os.environ.get("GAZETTE_HELM_CACHE") or str(kubeapi.cache_root()))
     path = root / "kwok" / kwok_version() / "kwok"
     if os.access(path, os.X_OK):
         return path

@@ -101,12 +101,16 @@ class FetchError(RuntimeError):
 
 
 def default_cache() -> pathlib.Path:
-    """``$GAZETTE_SPARK_JARS``, else ``$XDG_CACHE_HOME/gazette/spark-jars``
-    (``~/.cache/gazette/spark-jars``): outside any checkout, so that fresh clones
-    (CI) reuse the 650 MB once fetched."""
+    """``$GAZETTE_SPARK_JARS``, else ``spark-jars`` under the tools' cache root
+    (``$GAZETTE_CACHE``, else ``$XDG_CACHE_HOME/gazette``, else ``~/.cache/gazette``; as
+    ``e2e/cache-root.sh`` resolves it): outside any checkout, so that fresh clones (CI)
+    reuse the 650 MB once fetched."""
     env = os.environ.get("GAZETTE_SPARK_JARS")
     if env:
         return pathlib.Path(env)
+    root = os.environ.get("GAZETTE_CACHE")
+    if root:
+        return pathlib.Path(root) / "spark-jars"
     xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return pathlib.Path(xdg) / "gazette" / "spark-jars"
 
@@ -169,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--dest",
         type=pathlib.Path,
         default=None,
-        help="directory of the jars (default: $GAZETTE_SPARK_JARS, else <repo>/.cache/spark-jars)",
+        help="directory of the jars (default: $GAZETTE_SPARK_JARS, else $GAZETTE_CACHE/spark-jars, else ~/.cache/gazette/spark-jars)",
     )
     parser.add_argument(
         "--format",

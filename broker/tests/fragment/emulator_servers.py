@@ -1,9 +1,10 @@
 """Blob-store emulators on loopback for the gs:// and azure:// store tests.
 
 * :class:`FakeGCS` — fake-gcs-server, a Go module built once by
-  ``emulators/fake-gcs/build.sh`` into ``.cache/fake-gcs-server/``;
+  ``emulators/fake-gcs/build.sh`` into ``fake-gcs-server/`` of the tool cache;
 * :class:`Azurite` — Microsoft's Azure Storage emulator from npm, installed once
-  into ``.cache/azurite/<version>/``.
+  into ``azurite/<version>/`` of the tool cache (``e2e/cache-root.sh``: outside the
+  checkout, so fresh clones reuse both).
 
 Each runs on a free port, is waited on until it answers, and is killed on exit.
 A module of its own (every ``conftest`` of the workspace is imported as ``conftest``).
@@ -48,7 +49,11 @@ def fake_gcs_binary() -> pathlib.Path:
 
 
 def azurite_binary() -> pathlib.Path:
-    root = REPO / ".cache" / "azurite" / AZURITE_VERSION
+    out = subprocess.run(
+        [str(REPO / "e2e" / "cache-root.sh"), "azurite", AZURITE_VERSION],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout  # fmt: skip
+    root = pathlib.Path(out.strip())
     bin_path = root / "node_modules" / ".bin" / "azurite-blob"
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as lock:

@@ -14,7 +14,7 @@ by a test credential: the same operations, a user-delegation SAS fetched over
 https, the health check, and the delegation key reused then refreshed as an
 injected clock advances.
 
-The emulators build/install once into .cache/; tests skip only when go (GCS) or
+The emulators build/install once into the tool cache (e2e/cache-root.sh); tests skip only when go (GCS) or
 npm (Azure) is missing. URL validation and construction errors need no emulator
 (and no integration marker).
 """

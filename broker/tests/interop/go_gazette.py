@@ -1,9 +1,11 @@
 """Gazette's own Go broker and gazctl (v0.103) beside ours, for side-by-side tests.
 
 ``go/`` is a Go module that requires ``go.gazette.dev/core`` v0.103.0 and
-nothing of its own; ``go/build.sh`` builds its ``cmd/gazette`` and
-``cmd/gazctl`` (CGO on) once per version of the module into
-``<repo>/.cache/go-gazette-bin/<hash>/`` and prints that directory.
+holds only ``loadgen/`` (Go's client library appending small records, for
+``bench/bench_go.py``); ``go/build.sh`` builds ``cmd/gazette``,
+``cmd/gazctl`` and ``gazette-loadgen`` (CGO on) once per version of the module into
+``go-gazette-bin/<hash>/`` of the tool cache (``e2e/cache-root.sh``, outside the
+checkout) and prints that directory.
 
 * :func:`build` runs the script and returns the directory.
 * :class:`GoBroker` is one ``gazette serve`` process under a given etcd root,
@@ -35,6 +37,7 @@ import gzip
 import hashlib
 import os
 import pathlib
+import ssl
 import subprocess
 import sys
 import time
@@ -168,6 +171,9 @@ class GoBroker:
     lease: str = "3s"
     #: More flags of ``gazette serve`` (e.g. ``("--broker.auth-keys", keys)``).
     extra_args: tuple[str, ...] = ()
+    #: Of a broker serving TLS (its ``extra_args`` name the certificates): how its
+    #: port is reached while waiting for it; its endpoint is then ``https://``.
+    ssl_context: ssl.SSLContext | None = None
     proc: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
@@ -176,7 +182,8 @@ class GoBroker:
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "http" if self.ssl_context is None else "https"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     @property
     def alive(self) -> bool:
@@ -207,7 +214,9 @@ class GoBroker:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                with urllib.request.urlopen(f"{self.endpoint}/debug/metrics", timeout=1) as resp:
+                with urllib.request.urlopen(
+                    f"{self.endpoint}/debug/metrics", timeout=1, context=self.ssl_context
+                ) as resp:
                     if resp.status == 200:
                         return
             except (OSError, urllib.error.URLError):

@@ -57,6 +57,9 @@ app.kubernetes.io/component: {{ .component }}
 {{/* The etcd endpoint of brokers, consumers and the operator. */}}
 {{- define "gazette.etcdAddress" -}}
 {{- if .Values.etcd.bundled.enabled -}}
+{{- if or .Values.etcd.tls.secretName .Values.etcd.username .Values.etcd.passwordSecret.name -}}
+{{- fail "etcd.tls, etcd.username and etcd.passwordSecret are for an etcd you run: set etcd.bundled.enabled=false and etcd.external.endpoint (the bundled etcd serves plaintext without auth)" -}}
+{{- end -}}
 http://{{ include "gazette.etcdName" . }}.{{ .Release.Namespace }}.svc:2379
 {{- else -}}
 {{- required "etcd.external.endpoint is required when etcd.bundled.enabled is false" .Values.etcd.external.endpoint -}}
@@ -65,7 +68,7 @@ http://{{ include "gazette.etcdName" . }}.{{ .Release.Namespace }}.svc:2379
 
 {{/* The gRPC address of the brokers' client Service. */}}
 {{- define "gazette.brokerAddress" -}}
-http://{{ include "gazette.brokerName" . }}.{{ .Release.Namespace }}.svc:{{ .Values.broker.port }}
+{{ include "gazette.brokerScheme" . }}://{{ include "gazette.brokerName" . }}.{{ .Release.Namespace }}.svc:{{ .Values.broker.port }}
 {{- end -}}
 
 {{/* The S3 endpoint: the trial server's Service, or storage.s3.endpoint. */}}

@@ -8,7 +8,8 @@ comment is the contract. ``go/rlog/main.go`` is ``gazette-rlog``, in the same
 module: it records a fixed script of file operations into a recovery log with
 Go's ``Recorder`` (after a Go ``Player`` hand-off), and plays a log into a
 directory with Go's ``Player``. ``go/build.sh`` builds either once per
-version of the module's sources into ``<repo>/.cache/go-gazette-msg/<hash>/``.
+version of the module's sources into ``go-gazette-msg/<hash>/`` of the tool cache
+(``e2e/cache-root.sh``, outside the checkout).
 
 :func:`build` runs that script; :class:`GazetteMsg` and :class:`GazetteRlog`
 run the binaries. The helpers :func:`ndjson_journal`, :func:`journal_frames`

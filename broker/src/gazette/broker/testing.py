@@ -34,6 +34,7 @@ import dataclasses
 import os
 import pathlib
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -46,7 +47,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 import grpc
 
 from gazette.broker import protocol as pb
-from gazette.broker.protocol import dial
+from gazette.broker.protocol import dial, tlstesting
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 from gazette.keyspace import testing as ks_testing
 
@@ -95,10 +96,14 @@ class BrokerProcess:
     #: new ``proc``, took the killed process for one that exited on its own.
     signalled_pid: int | None = None
     module: str = "gazette.broker"
+    #: Of a process serving TLS: how its HTTP port is reached (``/debug/ready``); its
+    #: endpoint is then ``https://``.
+    ssl_context: ssl.SSLContext | None = None
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "http" if self.ssl_context is None else "https"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     @property
     def address(self) -> str:
@@ -151,8 +156,9 @@ class BrokerProcess:
 
     def ready(self) -> bool:
         try:
-            url = f"http://127.0.0.1:{self.http_port}/debug/ready"
-            with urllib.request.urlopen(url, timeout=1) as resp:
+            scheme = "http" if self.ssl_context is None else "https"
+            url = f"{scheme}://127.0.0.1:{self.http_port}/debug/ready"
+            with urllib.request.urlopen(url, timeout=1, context=self.ssl_context) as resp:
                 return bool(resp.status == 200)
         except (OSError, urllib.error.URLError):
             return False
@@ -222,7 +228,9 @@ class BrokerCluster:
     backs ``file://`` stores: :attr:`store_url` is ``file:///`` under it.
     ``lease`` is ``--etcd.lease`` (short, so killed brokers leave quickly);
     ``extra_args`` are added to every broker's command line and ``env`` to its
-    environment (e.g. S3 credentials).
+    environment (e.g. S3 credentials). With ``tls`` (:mod:`~gazette.broker.protocol.tlstesting`
+    certificates) brokers serve mutual TLS and peer over it, and :meth:`channel`
+    dials them with the client certificate.
     """
 
     def __init__(
@@ -239,8 +247,12 @@ class BrokerCluster:
         log_level: str = "info",
         extra_args: Iterable[str] = (),
         env: dict[str, str] | None = None,
+        tls: tlstesting.Certs | None = None,
     ) -> None:
         self.etcd_endpoint = etcd_endpoint
+        self.tls = tls
+        tls_args = tls.broker_args() if tls is not None else []
+        ssl_context = tls.client_ssl_context() if tls is not None else None
         self.work_dir = pathlib.Path(work_dir)
         self.etcd_prefix = etcd_prefix
         self.file_root = pathlib.Path(file_root) if file_root else self.work_dir / "fragments"
@@ -268,11 +280,20 @@ class BrokerCluster:
                 "--etcd.prefix", etcd_prefix,
                 "--etcd.lease", lease,
                 "--log.level", log_level,
+                *tls_args,
                 *extra_args,
             ]  # fmt: skip
             self.brokers.append(
                 BrokerProcess(
-                    zone, suffix, port, http_port, bdir / "spool", bdir / "broker.log", args, penv
+                    zone,
+                    suffix,
+                    port,
+                    http_port,
+                    bdir / "spool",
+                    bdir / "broker.log",
+                    args,
+                    penv,
+                    ssl_context=ssl_context,
                 )
             )
 
@@ -350,8 +371,9 @@ class BrokerCluster:
 
     def channel(self, i: int = 0) -> grpc.aio.Channel:
         """A grpc.aio channel to broker ``i`` (use ``async with``)."""
+        tls = self.tls.client_tls() if self.tls is not None else dial.TLS()
         return dial.channel(
-            self.brokers[i].endpoint, dial.DialConfig(max_message_size=_MAX_MESSAGE)
+            self.brokers[i].endpoint, dial.DialConfig(max_message_size=_MAX_MESSAGE, tls=tls)
         )
 
 

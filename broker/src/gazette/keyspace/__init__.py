@@ -10,6 +10,12 @@ sorted by key. The allocator and the servers read it and are told of updates
 by observers; an RPC that wrote to etcd waits with
 :meth:`KeySpace.wait_for_revision` until its own write is mirrored.
 
+:func:`connect` dials etcd as every Gazette process configures it
+(:class:`EtcdConfig`: ``--etcd.address``, one or several members over http,
+https or a Unix socket, TLS client certificates, an etcd user whose token is
+renewed as it expires; flags in :mod:`gazette.keyspace.options`, the channel
+in :mod:`gazette.keyspace.channel`).
+
 :func:`apply_changes` is the one checked transaction behind the broker's and
 the consumer's Apply RPCs and the Kubernetes operator: puts and deletes of
 ``<root>/items/<name>``, each guarded by an expected mod revision.
@@ -27,7 +33,7 @@ Usage::
     def decode(key: str, value: bytes) -> object:
         return protocol_pb2.JournalSpec.FromString(value)
 
-    client = await keyspace.connect("http://localhost:2379")
+    client = await keyspace.connect(keyspace.EtcdConfig(address="http://localhost:2379"))
     ks = keyspace.KeySpace("/gazette/cluster", decode)
     await ks.load(client)
     async with asyncio.TaskGroup() as tg:
@@ -39,7 +45,7 @@ Usage::
         print(ks.search("/gazette/cluster/items/a/journal"))
 """
 
-from gazette.keyspace import errors
+from gazette.keyspace import errors, options
 from gazette.keyspace.apply import (
     ANY_REVISION,
     MUST_NOT_EXIST,
@@ -48,7 +54,7 @@ from gazette.keyspace.apply import (
     apply_changes,
     item_key,
 )
-from gazette.keyspace.etcd import DEFAULT_ADDRESS, EtcdConfig, connect
+from gazette.keyspace.etcd import connect, reauthenticate
 from gazette.keyspace.key_space import KeySpace, KeySpaceConfig, WatchResponse
 from gazette.keyspace.key_values import (
     Decoder,
@@ -57,6 +63,7 @@ from gazette.keyspace.key_values import (
     KeyValue,
     prefix_range_end,
 )
+from gazette.keyspace.options import DEFAULT_ADDRESS, EtcdConfig
 
 __all__ = [
     "ANY_REVISION",
@@ -76,5 +83,7 @@ __all__ = [
     "connect",
     "errors",
     "item_key",
+    "options",
     "prefix_range_end",
+    "reauthenticate",
 ]

@@ -8,7 +8,9 @@ Hierarchy::
     │   ├── ClusterMismatchError     ... it comes from another etcd cluster
     │   └── RevisionRegressionError  ... its revisions go backwards
     ├── WatchCompactedError          the watch resume revision was compacted away
+    ├── EtcdConfigError              bad --etcd.* connection options (ValueError too)
     └── EtcdError                    an etcd call failed (wraps the client's exception)
+        └── EtcdAuthError            etcd refused --etcd.username and its password
 
 Decoder failures are not errors of the KeySpace: the key is logged and skipped,
 so a bad value written by hand never stops a broker, and a later good value
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 __all__ = [
     "ClusterMismatchError",
+    "EtcdAuthError",
+    "EtcdConfigError",
     "EtcdError",
     "InconsistentUpdateError",
     "InvalidRootError",
@@ -87,3 +91,26 @@ class EtcdError(KeySpaceError):
     def __init__(self, message: str, *, code: str | None = None) -> None:
         super().__init__(message)
         self.code = code
+
+
+class EtcdAuthError(EtcdError):
+    """etcd refused to authenticate ``username`` (a wrong password, or no such user)."""
+
+    def __init__(self, username: str, detail: str) -> None:
+        super().__init__(
+            f"etcd refused user {username!r} (--etcd.username): {detail}; check "
+            "--etcd.password or the file of --etcd.password-file",
+            code="INVALID_ARGUMENT",
+        )
+        self.username = username
+
+
+class EtcdConfigError(KeySpaceError, ValueError):
+    """An ``--etcd.*`` connection option is unusable; ``flag`` names it.
+
+    The message starts with the flag, so a command-line parser can print it as is.
+    """
+
+    def __init__(self, flag: str, message: str) -> None:
+        super().__init__(f"{flag}: {message}")
+        self.flag = flag

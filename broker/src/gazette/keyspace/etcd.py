@@ -1,30 +1,42 @@
 """The etcd client as Gazette uses it: ``aetcd`` plus its raw gRPC stubs.
 
-``aetcd`` covers connecting, leases and simple reads and writes. Gazette also
-needs what it doesn't expose (watches with progress notifications and
-"require leader", transactions that report their revision, puts that keep a
-key's lease); for those we call the generated stubs of ``aetcd.rpc`` on the
-client's own channel rather than keep a client of our own.
+``aetcd`` covers leases and simple reads and writes. Gazette also needs what it
+doesn't expose (watches with progress notifications and "require leader",
+transactions that report their revision, puts that keep a key's lease); for
+those we call the generated stubs of ``aetcd.rpc`` on the client's own channel
+rather than keep a client of our own. That channel is ours
+(:class:`~gazette.keyspace.channel.EtcdChannel`): aetcd dials one plaintext
+member only, while ``--etcd.address`` may list several, over TLS, with etcd
+users (:mod:`gazette.keyspace.options`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import urllib.parse
+import logging
 from typing import Any
 
 import aetcd
 import aetcd.exceptions
 import aetcd.rpc
+import aetcd.watcher
 import grpc
 
 from gazette.broker.protocol import protocol_pb2
+from gazette.keyspace import channel as channel_mod
 from gazette.keyspace import errors
 from gazette.keyspace import key_values as kvs
+from gazette.keyspace import options as opts
+
+log = logging.getLogger(__name__)
+
+#: Re-exported from :mod:`gazette.keyspace.options`.
+DEFAULT_ADDRESS = opts.DEFAULT_ADDRESS
+EtcdConfig = opts.EtcdConfig
 
 __all__ = [
     "DEFAULT_ADDRESS",
     "REQUIRE_LEADER",
+    "Client",
     "EtcdConfig",
     "connect",
     "delete_all",
@@ -32,13 +44,11 @@ __all__ = [
     "key_value_of",
     "kv_stub",
     "metadata",
+    "reauthenticate",
     "rpc_error",
     "txn",
     "watch_stub",
 ]
-
-#: Gazette's default ``--etcd.address``.
-DEFAULT_ADDRESS = "http://localhost:2379"
 
 #: gRPC metadata asking etcd to end a watch when its member loses the raft
 #: leader (etcd's ``hasleader`` key), so a partitioned member can't keep a
@@ -51,51 +61,118 @@ REQUIRE_LEADER = ("hasleader", "true")
 _CHANNEL_OPTIONS = {
     "grpc.max_receive_message_length": -1,
     "grpc.max_send_message_length": -1,
+    # gRPC waits up to 2 minutes between reconnects to a member that was down, and
+    # fails every call meanwhile: an etcd back after a restart went unused for
+    # seconds (test_watch_restarts_when_etcd_restarts, on a loaded machine), while
+    # member leases (--etcd.lease, 20 s) need it within a few.
+    "grpc.max_reconnect_backoff_ms": 2000,
 }
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class EtcdConfig:
-    """The ``--etcd.*`` flags Gazette's binaries share.
+def _credentials(config: EtcdConfig) -> grpc.ChannelCredentials | None:
+    """TLS credentials of ``config`` (None for plaintext endpoints); reads its PEM files."""
+    if not config.tls:
+        return None
 
-    ``address`` is ``http://host:port`` (``--etcd.address``) and ``lease_ttl`` the
-    seconds of a member's lease (``--etcd.lease``, default 20s).
+    def pem(flag: str, path: str) -> bytes | None:
+        return config.read_file(flag, path) if path else None
+
+    return grpc.ssl_channel_credentials(
+        root_certificates=pem("--etcd.trusted-ca-file", config.trusted_ca_file),
+        private_key=pem("--etcd.cert-key-file", config.cert_key_file),
+        certificate_chain=pem("--etcd.cert-file", config.cert_file),
+    )
+
+
+class Client(aetcd.Client):  # type: ignore[misc]  # aetcd is untyped.
+    """An ``aetcd.Client`` on an :class:`~gazette.keyspace.channel.EtcdChannel`.
+
+    aetcd dials one plaintext ``host:port`` and keeps a token it never renews;
+    this client's channel fails over between the members of ``config.address``,
+    dials TLS, and sends (and renews) the token of ``config.username``. Build it
+    with :func:`connect`.
     """
 
-    address: str = DEFAULT_ADDRESS
-    lease_ttl: float = 20.0
+    def __init__(self, config: EtcdConfig, *, call_timeout: float | None = None) -> None:
+        super().__init__(
+            timeout=None if call_timeout is None else int(max(1, call_timeout)),
+            options=dict(_CHANNEL_OPTIONS),
+        )
+        self.config = config
+        self._endpoints = config.endpoints
+        self._credentials = _credentials(config)
+        self.token_auth: channel_mod.TokenAuth | None = None
+        if config.username:
+            self.token_auth = channel_mod.TokenAuth(config.username, config.read_password)
 
-
-def _host_port(address: str) -> tuple[str, int]:
-    url = urllib.parse.urlsplit(address if "://" in address else f"http://{address}")
-    if url.scheme != "http":
-        # aetcd builds insecure channels only; TLS needs a channel of our own.
-        raise errors.EtcdError(f"unsupported etcd address scheme in {address!r} (expected http)")
-    if not url.hostname:
-        raise errors.EtcdError(f"etcd address {address!r} has no host")
-    return url.hostname, url.port or 2379
+    async def connect(self) -> None:
+        """Make the channel and stubs (no call to etcd; aetcd's connect would dial its own)."""
+        if self._connected.is_set():
+            return
+        ch = channel_mod.EtcdChannel(
+            self._endpoints,
+            credentials=self._credentials,
+            options=tuple(self._options.items()),
+            auth=self.token_auth,
+        )
+        self.channel = ch
+        self.metadata = None  # The channel adds the token to every call.
+        self.auth_stub = aetcd.rpc.AuthStub(ch)
+        self.kvstub = aetcd.rpc.KVStub(ch)
+        self.clusterstub = aetcd.rpc.ClusterStub(ch)
+        self.leasestub = aetcd.rpc.LeaseStub(ch)
+        self.maintenancestub = aetcd.rpc.MaintenanceStub(ch)
+        self._watcher = aetcd.watcher.Watcher(
+            aetcd.rpc.WatchStub(ch), timeout=self._timeout, metadata=None
+        )
+        self._connected.set()
 
 
 async def connect(
-    address: str = DEFAULT_ADDRESS, *, call_timeout: float | None = None
+    config: EtcdConfig | str = DEFAULT_ADDRESS, *, call_timeout: float | None = None
 ) -> aetcd.Client:
-    """An ``aetcd.Client`` of ``address``, connected, with unbounded message sizes.
+    """A :class:`Client` of ``config`` (or of an ``--etcd.address`` string), with
+    unbounded message sizes.
 
-    ``call_timeout`` bounds each unary call aetcd makes (None: unbounded). Close it with
+    ``call_timeout`` bounds each unary call aetcd makes (None: unbounded). Nothing
+    is dialed yet, except that with ``config.username`` the user authenticates
+    now, so a wrong password fails here with
+    :class:`~gazette.keyspace.errors.EtcdAuthError`; if etcd can't be reached
+    the first call authenticates instead. Bad options raise
+    :class:`~gazette.keyspace.errors.EtcdConfigError`. Close the client with
     ``await client.close()`` (or use it as an async context manager).
     """
-    host, port = _host_port(address)
-    client = aetcd.Client(
-        host=host,
-        port=port,
-        timeout=None if call_timeout is None else int(max(1, call_timeout)),
-        options=dict(_CHANNEL_OPTIONS),
-    )
-    try:
-        await client.connect()
-    except aetcd.exceptions.ClientError as e:
-        raise errors.EtcdError(f"connecting to etcd at {address}: {e}") from e
+    cfg = EtcdConfig(address=config) if isinstance(config, str) else config
+    cfg.check()
+    client = Client(cfg, call_timeout=call_timeout)
+    await client.connect()
+    if client.token_auth is not None:
+        try:
+            await client.token_auth.ensure(client.channel, call_timeout or 10.0)
+        except grpc.aio.AioRpcError as e:
+            log.warning(
+                "could not authenticate to etcd at %s yet (will retry on first use): %s",
+                cfg.address,
+                e.details() or e.code().name,
+            )
+        except errors.EtcdAuthError:
+            await client.close()
+            raise
     return client
+
+
+async def reauthenticate(client: aetcd.Client) -> bool:
+    """Replace ``client``'s auth token by a fresh one; False if it has no user.
+
+    For refusals the channel can't see, such as a watch that etcd cancels
+    because its stream's token expired.
+    """
+    auth = getattr(client, "token_auth", None)
+    if not isinstance(auth, channel_mod.TokenAuth):
+        return False
+    await client.connect()
+    await auth.refresh(client.channel, auth.token, None)
+    return True
 
 
 async def _connected(client: aetcd.Client) -> None:
@@ -123,7 +200,11 @@ def metadata(client: aetcd.Client, *extra: tuple[str, str]) -> tuple[tuple[str, 
 
 
 def rpc_error(e: BaseException, what: str) -> errors.EtcdError:
-    """An EtcdError saying ``what`` failed, for a gRPC or aetcd exception (raise it ``from e``)."""
+    """An EtcdError saying ``what`` failed, for a gRPC or aetcd exception (raise it ``from e``).
+
+    A failed TLS handshake gets a hint naming the flags that set it up: gRPC
+    reports it as a bare UNAVAILABLE.
+    """
     code: str | None = None
     if isinstance(e, grpc.aio.AioRpcError):
         code = e.code().name
@@ -133,6 +214,11 @@ def rpc_error(e: BaseException, what: str) -> errors.EtcdError:
         if isinstance(cause, grpc.aio.AioRpcError):
             code = cause.code().name
         detail = str(e) or type(e).__name__
+    if any(word in detail for word in ("SSL", "handshake", "certificate", "TLS")):
+        detail += (
+            " (a TLS failure: check --etcd.trusted-ca-file against etcd's certificate, "
+            "and --etcd.cert-file / --etcd.cert-key-file against etcd's --trusted-ca-file)"
+        )
     return errors.EtcdError(f"{what}: {detail}", code=code)
 
 

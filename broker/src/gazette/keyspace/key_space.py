@@ -66,10 +66,20 @@ class _Restart(enum.Enum):
     CLOSED = "closed by the server"
     NO_LEADER = "etcd member has no leader"
     UNAVAILABLE = "etcd unavailable"
+    REFUSED = "etcd refused the watch (an expired auth token?)"
 
 
 _CLOSED = object()  # Queue marker: the stream ended without an error.
-_RESTART_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN}
+
+# How etcd cancels a watch it refused for its token or its permissions. etcd up to
+# 3.5 reports an expired token as "permission denied" (it checks the token of the
+# stream when a watch is created), so the two can't be told apart: a fresh token
+# is tried once before the refusal counts.
+_REFUSALS = ("permission denied", "invalid auth token", "user name is empty", "auth store is old")
+# INTERNAL too: a member that shuts down cleanly resets its watch streams ("Stream
+# removed", seen stopping one member of a 3-member cluster), and another member
+# serves the next stream. Go's clientv3 restarts watches on both codes alike.
+_RESTART_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
 
 
 def _clean_root(root: str) -> str:
@@ -250,17 +260,18 @@ class KeySpace:
         stub = await etcd.kv_stub(client)
         md = etcd.metadata(client)
         try:
+            start = self.root.encode()
+            end = kvs.prefix_range_end(self.root).encode()
             if revision == 0:
                 # etcd reports the revision a read was served at only in its
-                # header, so read a key we don't expect to learn "now".
+                # header: learn "now" from a one-key read. It stays under the root,
+                # which may be all an etcd user is allowed to read.
                 probe = await stub.Range(
-                    aetcd.rpc.RangeRequest(key=b"gazette.keyspace: a key we don't expect"),
+                    aetcd.rpc.RangeRequest(key=start, range_end=end, limit=1, keys_only=True),
                     metadata=md,
                 )
                 revision = int(probe.header.revision)
 
-            start = self.root.encode()
-            end = kvs.prefix_range_end(self.root).encode()
             header = protocol_pb2.Header.Etcd()
             raw: list[kvs.KeyValue] = []
             while True:
@@ -302,10 +313,23 @@ class KeySpace:
         """
         resume = self.revision + 1
         attempt = 0
+        reauthenticated = False
         while True:
-            outcome, resume, progressed = await self._watch_once(client, resume)
+            outcome, resume, progressed, state = await self._watch_once(client, resume)
             if isinstance(outcome, Exception):
                 raise outcome
+            if state.created:
+                reauthenticated = False
+            if outcome is _Restart.REFUSED:
+                if reauthenticated or not await etcd.reauthenticate(client):
+                    raise errors.EtcdError(f"watch of {self.root} cancelled: {state.refusal}")
+                reauthenticated = True
+                log.info(
+                    "etcd refused the watch of %s (%s): watching again with a fresh token",
+                    self.root,
+                    state.refusal,
+                )
+                continue
             attempt = 0 if progressed else attempt + 1
             delay = backoff(self.config, attempt)
             log.warning(
@@ -320,11 +344,11 @@ class KeySpace:
 
     async def _watch_once(
         self, client: aetcd.Client, resume: int
-    ) -> tuple[_Restart | Exception, int, bool]:
+    ) -> tuple[_Restart | Exception, int, bool, _WatchState]:
         """Run one watch stream until it needs a restart or fails.
 
         Returns (why it ended, the revision to resume from, whether any event was
-        applied). Fatal failures are returned rather than raised so that they leave
+        applied, the stream's state). Fatal failures are returned rather than raised so that they leave
         the task group as themselves, not wrapped in an exception group.
         """
         stub = await etcd.watch_stub(client)
@@ -344,10 +368,10 @@ class KeySpace:
             )
         except grpc.aio.AioRpcError as e:
             call.cancel()
-            return _classify_rpc_error(e, "starting watch"), resume, False
+            return _classify_rpc_error(e, "starting watch"), resume, False, state
         except asyncio.InvalidStateError:
             call.cancel()
-            return _Restart.CLOSED, resume, False
+            return _Restart.CLOSED, resume, False, state
 
         try:
             async with asyncio.TaskGroup() as tg:
@@ -358,7 +382,7 @@ class KeySpace:
                     pump.cancel()
         finally:
             call.cancel()
-        return outcome, state.resume, state.progressed
+        return outcome, state.resume, state.progressed, state
 
     async def _consume(self, queue: asyncio.Queue[Any], state: _WatchState) -> _Restart | Exception:
         """Apply queued responses in delayed batches until the stream must end."""
@@ -389,6 +413,9 @@ class _WatchState:
         # not the mirror's revision: they mean "nothing changed up to here".
         self.resume = resume
         self.progressed = False
+        # Whether etcd created the watch, and why it refused it if it did not.
+        self.created = False
+        self.refusal = ""
 
     def take(self, item: Any, pending: list[WatchResponse]) -> _Restart | Exception | None:
         """Account for one queued item; a non-None result ends the stream."""
@@ -403,7 +430,12 @@ class _WatchState:
             reason = resp.cancel_reason or "watch cancelled by etcd"
             if "no leader" in reason:
                 return _Restart.NO_LEADER
+            if any(r in reason for r in _REFUSALS):
+                self.refusal = reason
+                return _Restart.REFUSED
             return errors.EtcdError(f"watch cancelled: {reason}")
+        if resp.created:
+            self.created = True
         if resp.events:
             events = [
                 kvs.Event(kvs.EventType(ev.type), etcd.key_value_of(ev.kv)) for ev in resp.events

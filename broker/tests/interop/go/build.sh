@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Builds Gazette's own Go broker (`gazette`) and CLI (`gazctl`), v0.103 as
-# pinned by go.mod/go.sum, once per version of this module, and prints the
-# directory holding both on stdout.
+# pinned by go.mod/go.sum, and this module's small-record load generator
+# (`gazette-loadgen`, loadgen/main.go, Go's client library; used by
+# bench/bench_go.py), once per version of this module, and prints the
+# directory holding all three on stdout.
 #
-# Binaries go to <repo>/.cache/go-gazette-bin/<hash>/ (.cache/ is
-# git-ignored), where <hash> covers go.mod, go.sum, tools.go, this script and
-# `go version`: an unchanged tree reuses them without invoking Go again.
+# Binaries go to go-gazette-bin/<hash>/ of the tool cache outside the
+# checkout (e2e/cache-root.sh: $GAZETTE_CACHE, else ~/.cache/gazette), where <hash> covers go.mod, go.sum, tools.go, loadgen/main.go,
+# this script and `go version`: an unchanged tree reuses them without invoking Go again.
 # Modules come from the Go module proxy on first build. `go install
 # pkg@version` does not work here (the proxy's version list), hence a module
 # that requires go.gazette.dev/core and builds its commands. CGO on: the
@@ -16,10 +18,10 @@ set -euo pipefail
 
 src="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$src/../../../.." && pwd)"
-hash="$(cat "$src/go.mod" "$src/go.sum" "$src/tools.go" "$src/build.sh" <(go version) | sha256sum | cut -c1-16)"
-out="$repo/.cache/go-gazette-bin/$hash"
+hash="$(cat "$src/go.mod" "$src/go.sum" "$src/tools.go" "$src/loadgen/main.go" "$src/build.sh" <(go version) | sha256sum | cut -c1-16)"
+out="$("$repo/e2e/cache-root.sh" go-gazette-bin)/$hash"
 
-if [[ ! -x "$out/gazette" || ! -x "$out/gazctl" ]]; then
+if [[ ! -x "$out/gazette" || ! -x "$out/gazctl" || ! -x "$out/gazette-loadgen" ]]; then
     mkdir -p "$out"
     tmp="$(mktemp -d "$out/.build.XXXXXX")"
     trap 'rm -rf "$tmp"' EXIT
@@ -28,8 +30,10 @@ if [[ ! -x "$out/gazette" || ! -x "$out/gazctl" ]]; then
         for cmd in gazette gazctl; do
             CGO_ENABLED=1 go build -mod=readonly -trimpath -o "$tmp/$cmd" "go.gazette.dev/core/cmd/$cmd"
         done
+        CGO_ENABLED=1 go build -mod=readonly -trimpath -o "$tmp/gazette-loadgen" ./loadgen
     ) >&2
     mv -f "$tmp/gazette" "$out/gazette"
     mv -f "$tmp/gazctl" "$out/gazctl"
+    mv -f "$tmp/gazette-loadgen" "$out/gazette-loadgen"
 fi
 echo "$out"

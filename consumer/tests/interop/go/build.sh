@@ -7,8 +7,8 @@
 #   gazette-rlog  (rlog/main.go) Go's consumer/recoverylog recording and
 #                                playing our recovery logs.
 #
-# Binaries go to <repo>/.cache/go-gazette-msg/<hash>/<program> (.cache/ is
-# git-ignored), where <hash> covers go.mod, go.sum, every .go file of the
+# Binaries go to go-gazette-msg/<hash>/<program> of the tool cache outside
+# the checkout (e2e/cache-root.sh: $GAZETTE_CACHE, else ~/.cache/gazette), where <hash> covers go.mod, go.sum, every .go file of the
 # module, this script and `go version`: an unchanged tree reuses the binary
 # without invoking the Go toolchain again. Modules come from the Go module
 # proxy on first build.
@@ -42,7 +42,7 @@ hash="$(
         echo "$go_version"
     } | sha256sum | cut -c1-16
 )"
-out_dir="$repo/.cache/go-gazette-msg/$hash"
+out_dir="$("$repo/e2e/cache-root.sh" go-gazette-msg)/$hash"
 bin="$out_dir/$program"
 
 if [[ ! -x "$bin" ]]; then

@@ -5,6 +5,9 @@
   one frozen :class:`BrokerOptions`. Authorization is Gazette's:
   ``--broker.auth-keys`` signs a token per request, else ``--broker.auth-token``
   (or, ours, ``--broker.auth-token-file``) is sent with every request.
+  TLS is Gazette's too: an ``https://`` address is dialed with TLS,
+  presenting ``--broker.cert-file`` / ``--broker.cert-key-file`` and trusting
+  ``--broker.trusted-ca-file`` (default: the root pool).
 - :func:`selector_option` adds ``-l/--selector``; :func:`list_selected` lists
   the journals it selects (a bad selector is a usage error), :func:`live_names`
   those of them that are not fully suspended.
@@ -36,6 +39,7 @@ from gazette.broker.protocol import dial
 __all__ = [
     "BrokerOptions",
     "broker_options",
+    "check_tls",
     "duration",
     "list_selected",
     "live_names",
@@ -65,6 +69,9 @@ class BrokerOptions:
     zone: str
     log_level: str
     auth_keys: str = dataclasses.field(default="", repr=False)
+    cert_file: str = ""
+    cert_key_file: str = ""
+    trusted_ca_file: str = ""
 
     def client_config(self, **overrides: Any) -> client.ClientConfig:
         cfg = client.ClientConfig(
@@ -74,6 +81,9 @@ class BrokerOptions:
             cache_ttl=self.cache_ttl,
             auth_token=self.auth_token,
             auth_keys=self.auth_keys,
+            cert_file=self.cert_file,
+            cert_key_file=self.cert_key_file,
+            trusted_ca_file=self.trusted_ca_file,
             # A command line should fail fast, not wait for a broker that isn't there.
             wait_for_ready=False,
         )
@@ -145,6 +155,31 @@ def broker_options(fn: F) -> F:
             "--broker.auth-token is not given (env BROKER_AUTH_TOKEN_FILE).",
         ),
         click.option(
+            "--broker.cert-file",
+            "broker_cert_file",
+            envvar="BROKER_CERT_FILE",
+            default="",
+            type=click.Path(dir_okay=False),
+            help="PEM client certificate presented to https:// brokers (env BROKER_CERT_FILE).",
+        ),
+        click.option(
+            "--broker.cert-key-file",
+            "broker_cert_key_file",
+            envvar="BROKER_CERT_KEY_FILE",
+            default="",
+            type=click.Path(dir_okay=False),
+            help="PEM private key of --broker.cert-file (env BROKER_CERT_KEY_FILE).",
+        ),
+        click.option(
+            "--broker.trusted-ca-file",
+            "broker_trusted_ca_file",
+            envvar="BROKER_TRUSTED_CA_FILE",
+            default="",
+            type=click.Path(dir_okay=False),
+            help="PEM CA of the brokers' certificates (env BROKER_TRUSTED_CA_FILE; "
+            "default: the system's root pool).",
+        ),
+        click.option(
             "--zone",
             envvar="ZONE",
             default="local",
@@ -170,6 +205,9 @@ def broker_options(fn: F) -> F:
         broker_auth_keys: str,
         broker_auth_token: str,
         broker_auth_token_file: str,
+        broker_cert_file: str,
+        broker_cert_key_file: str,
+        broker_trusted_ca_file: str,
         zone: str,
         log_level: str,
         **kwargs: Any,
@@ -187,6 +225,7 @@ def broker_options(fn: F) -> F:
                 raise click.BadParameter(str(e), param_hint="'--broker.auth-keys'") from None
         if not broker_auth_token and broker_auth_token_file:
             broker_auth_token = read_token_file(broker_auth_token_file)
+        check_tls(broker_cert_file, broker_cert_key_file, broker_trusted_ca_file)
         broker = BrokerOptions(
             broker_address,
             broker_cache_size,
@@ -195,6 +234,9 @@ def broker_options(fn: F) -> F:
             zone,
             log_level,
             auth_keys=broker_auth_keys,
+            cert_file=broker_cert_file,
+            cert_key_file=broker_cert_key_file,
+            trusted_ca_file=broker_trusted_ca_file,
         )
         return fn(broker=broker, **kwargs)
 
@@ -203,20 +245,39 @@ def broker_options(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def read_token_file(path: str) -> str:
-    """The bearer token in ``path`` (surrounding whitespace dropped); a usage error if none."""
+def check_tls(cert_file: str, key_file: str, ca_file: str, prefix: str = "--broker") -> dial.TLS:
+    """The client's TLS files; a usage error naming the flag when they don't load.
+
+    ``prefix`` is ``--consumer`` for ``gazctl shards``' flags (the same three).
+    """
+    try:
+        tls = dial.TLS(cert_file, key_file, ca_file)
+        tls.pem()
+    except pb.TLSConfigError as e:
+        hint = f"'{prefix}.cert-file'"
+        if e.path and e.path == ca_file:
+            hint = f"'{prefix}.trusted-ca-file'"
+        elif (e.path and e.path == key_file) or (not e.path and cert_file):
+            hint = f"'{prefix}.cert-key-file'"
+        raise click.BadParameter(str(e), param_hint=hint) from None
+    return tls
+
+
+def read_token_file(path: str, flag: str = "--broker.auth-token-file") -> str:
+    """The bearer token in ``path`` (surrounding whitespace dropped); a usage error if none.
+
+    ``flag`` names the option in the error (``--consumer.auth-token-file`` too).
+    """
     try:
         with open(path, encoding="utf-8") as f:
             token = f.read().strip()
     except (OSError, UnicodeDecodeError) as e:
         raise click.BadParameter(
             f"reading {path}: {getattr(e, 'strerror', None) or e}",
-            param_hint="'--broker.auth-token-file'",
+            param_hint=f"'{flag}'",
         ) from None
     if not token or any(c.isspace() for c in token):
-        raise click.BadParameter(
-            f"{path} must hold one token", param_hint="'--broker.auth-token-file'"
-        )
+        raise click.BadParameter(f"{path} must hold one token", param_hint=f"'{flag}'")
     return token
 
 

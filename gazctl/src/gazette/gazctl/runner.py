@@ -25,8 +25,10 @@ from typing import Any, NoReturn
 import click
 import grpc
 
-from gazette.broker import client, journalspace
+from gazette.broker import client
 from gazette.broker import protocol as pb
+from gazette.broker.client import metrics as client_metrics
+from gazette.gazctl import lazy
 
 __all__ = ["run"]
 
@@ -38,6 +40,8 @@ def _one_line(e: BaseException) -> str:
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
     """Run a command's coroutine; report failures as one line and exit non-zero."""
+    if lazy.one_shot:
+        client_metrics.disable()  # Nobody scrapes a one-shot process: skip prometheus_client.
     try:
         return asyncio.run(coro)
     except BaseException as e:  # noqa: BLE001 - each kind is sorted out by _fail.
@@ -58,13 +62,25 @@ def _fail(e: BaseException) -> NoReturn:
         _die_of_sigpipe()
     if isinstance(e, client.errors.TransportError):
         hint = ""
-        if e.code == grpc.StatusCode.UNAVAILABLE:
+        if e.code == grpc.StatusCode.UNAVAILABLE and e.address.startswith("https://"):
+            # A refused TLS handshake looks like any broken connection from here.
+            hint = (
+                " (is a broker running there, and does it take our TLS? see --broker.address, "
+                "--broker.cert-file / BROKER_CERT_FILE (brokers with --broker.server-ca-file "
+                "require a client certificate it signed), --broker.trusted-ca-file / "
+                "BROKER_TRUSTED_CA_FILE)"
+            )
+        elif e.code == grpc.StatusCode.UNAVAILABLE:
             hint = " (is a broker running there? see --broker.address / BROKER_ADDRESS)"
         raise click.ClickException(f"{_one_line(e)}{hint}") from None
     if isinstance(
         e,
-        client.errors.ClientError | pb.ValidationError | journalspace.JournalSpaceError | OSError,
+        client.errors.ClientError | pb.ValidationError | pb.TLSConfigError | OSError,
     ):
+        raise click.ClickException(_one_line(e)) from None
+    # Only the commands that parse journal YAML import journalspace (and YAML with it).
+    journalspace = sys.modules.get("gazette.broker.journalspace")
+    if journalspace is not None and isinstance(e, journalspace.JournalSpaceError):
         raise click.ClickException(_one_line(e)) from None
     # click's own exceptions and exits, and bugs (with their traceback).
     raise e

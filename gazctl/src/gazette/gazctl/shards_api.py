@@ -1,9 +1,15 @@
 """What the ``gazctl shards`` commands share: their flags and the consumer ``Shard`` RPCs.
 
-- :func:`consumer_address` adds ``--consumer.address`` (env ``CONSUMER_ADDRESS``);
+- :func:`consumer_address` adds ``--consumer.address`` (env ``CONSUMER_ADDRESS``)
+  and the consumer's authorization, as Gazette's gazctl: ``--consumer.auth-keys``
+  signs a token per request, else ``--consumer.auth-token`` (or, ours,
+  ``--consumer.auth-token-file``) is sent with every request;
   :func:`shard_selector_option` adds ``-l/--selector`` with help about shards.
 - :class:`ShardClient` calls a consumer process's ``consumer.Shard`` API, as
-  Gazette's ``consumer/shard_api.go`` helpers do: every response is validated
+  Gazette's ``consumer/shard_api.go`` helpers do, each request with a token of
+  the claims Gazette's ``consumer/protocol/auth.go`` client asks for (List:
+  LIST of its selector; Stat, GetHints: READ of ``id=<shard>``; Apply: APPLY;
+  Unassign: APPLY of the shards' ids): every response is validated
   and a non-OK status is an error; :meth:`ShardClient.apply` sends changes in
   batches of ``--max-txn-size``.
 - :func:`pick_first_hints`: the hints a recovery starts from (primary, else
@@ -29,6 +35,7 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar
@@ -37,12 +44,14 @@ import click
 import grpc
 
 from gazette.broker import protocol as pb
-from gazette.broker.protocol import dial
+from gazette.broker.protocol import auth, dial
 from gazette.consumer import protocol as pc
 from gazette.consumer import recoverylog as rl
 from gazette.consumer.protocol import protocol_pb2_grpc as pc_grpc
+from gazette.gazctl import options
 
 __all__ = [
+    "ConsumerAddress",
     "JournalReferenceError",
     "RecoveryError",
     "ShardClient",
@@ -59,6 +68,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: Seconds an RPC of a command may take.
 RPC_TIMEOUT = 30.0
+#: Lifetime of the tokens signed for a request (Gazette's client: a minute).
+TOKEN_LIFETIME = 60.0
 
 
 class ShardsError(click.ClickException):
@@ -130,16 +141,114 @@ class RecoveryError(ShardsError):
         super().__init__(f"shard {shard}: {error}")
 
 
+class ConsumerAddress(str):
+    """``--consumer.address``, carrying the credentials of ``--consumer.auth-*``.
+
+    A ``str`` so that every command keeps taking ``address: str`` and handing
+    it to :class:`ShardClient`, which picks the credentials up from it.
+    """
+
+    credentials: auth.Authorizer
+    #: ``--consumer.cert-file`` / ``--consumer.cert-key-file`` / ``--consumer.trusted-ca-file``:
+    #: the TLS of an ``https://`` consumer address.
+    tls: dial.TLS
+
+    def __new__(
+        cls,
+        address: str,
+        credentials: auth.Authorizer | None = None,
+        tls: dial.TLS | None = None,
+    ) -> ConsumerAddress:
+        out = super().__new__(cls, address)
+        out.credentials = credentials or auth.NoopAuth()
+        out.tls = tls or dial.TLS()
+        return out
+
+
 def consumer_address(fn: F) -> F:
-    """Add ``--consumer.address`` (env ``CONSUMER_ADDRESS``) as an ``address`` argument."""
-    return click.option(
-        "--consumer.address",
-        "address",
-        envvar="CONSUMER_ADDRESS",
-        default="http://localhost:8080",
-        show_default=True,
-        help="Service address of a consumer process of the application (env CONSUMER_ADDRESS).",
-    )(fn)
+    """Add ``--consumer.address`` and ``--consumer.auth-*`` as an ``address`` argument.
+
+    The command gets a :class:`ConsumerAddress`; a key that doesn't decode or a
+    token file without a token is a usage error naming the flag.
+    """
+    params = [
+        click.option(
+            "--consumer.address",
+            "address",
+            envvar="CONSUMER_ADDRESS",
+            default="http://localhost:8080",
+            show_default=True,
+            help="Service address of a consumer process of the application (env CONSUMER_ADDRESS).",
+        ),
+        click.option(
+            "--consumer.auth-keys",
+            "consumer_auth_keys",
+            envvar="CONSUMER_AUTH_KEYS",
+            default="",
+            help="Whitespace or comma separated, base64-encoded keys: the first signs a "
+            "token for each request to the consumer, scoped to what it needs (env "
+            "CONSUMER_AUTH_KEYS). Wins over --consumer.auth-token.",
+        ),
+        click.option(
+            "--consumer.auth-token",
+            "consumer_auth_token",
+            envvar="CONSUMER_AUTH_TOKEN",
+            default="",
+            help="Bearer token sent with every request to the consumer (env CONSUMER_AUTH_TOKEN).",
+        ),
+        click.option(
+            "--consumer.auth-token-file",
+            "consumer_auth_token_file",
+            envvar="CONSUMER_AUTH_TOKEN_FILE",
+            default="",
+            type=click.Path(dir_okay=False),
+            help="File holding the consumer's bearer token (e.g. a mounted secret), used when "
+            "--consumer.auth-token is not given (env CONSUMER_AUTH_TOKEN_FILE).",
+        ),
+    ]
+    params += [
+        click.option(
+            f"--consumer.{name}",
+            f"consumer_{name.replace('-', '_')}",
+            envvar=f"CONSUMER_{name.upper().replace('-', '_')}",
+            default="",
+            type=click.Path(dir_okay=False),
+            help=f"{text} (env CONSUMER_{name.upper().replace('-', '_')}).",
+        )
+        for name, text in (
+            ("cert-file", "PEM client certificate presented to an https:// consumer"),
+            ("cert-key-file", "PEM private key of --consumer.cert-file"),
+            ("trusted-ca-file", "PEM CA of the consumer's certificate (default: the root pool)"),
+        )
+    ]
+
+    @functools.wraps(fn)
+    def wrapper(
+        address: str,
+        consumer_auth_keys: str,
+        consumer_auth_token: str,
+        consumer_auth_token_file: str,
+        consumer_cert_file: str,
+        consumer_cert_key_file: str,
+        consumer_trusted_ca_file: str,
+        **kwargs: Any,
+    ) -> Any:
+        if not consumer_auth_keys and not consumer_auth_token and consumer_auth_token_file:
+            consumer_auth_token = options.read_token_file(
+                consumer_auth_token_file, "--consumer.auth-token-file"
+            )
+        try:
+            credentials = dial.credentials(consumer_auth_keys, consumer_auth_token)
+        except pb.AuthorizationError as e:
+            raise click.BadParameter(str(e), param_hint="'--consumer.auth-keys'") from None
+        tls = options.check_tls(
+            consumer_cert_file, consumer_cert_key_file, consumer_trusted_ca_file, "--consumer"
+        )
+        return fn(address=ConsumerAddress(address, credentials, tls), **kwargs)
+
+    for param in reversed(params):
+        wrapper = param(wrapper)
+    return wrapper  # type: ignore[return-value]
 
 
 _SELECTOR_HELP = (
@@ -156,13 +265,19 @@ def shard_selector_option(required: bool) -> Callable[[F], F]:
 class ShardClient:
     """The ``consumer.Shard`` API of the consumer process at ``address``."""
 
-    def __init__(self, address: str) -> None:
-        self.address = address
+    def __init__(self, address: str, credentials: auth.Authorizer | None = None) -> None:
+        self.address = str(address)
+        self._address = address
+        #: Signs (or holds) the token of each request: given, else the address's own.
+        self.credentials: auth.Authorizer = (
+            credentials or getattr(address, "credentials", None) or auth.NoopAuth()
+        )
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
 
     async def __aenter__(self) -> ShardClient:
-        self._channel = dial.channel(self.address)
+        tls = getattr(self._address, "tls", None) or dial.TLS()
+        self._channel = dial.channel(self.address, dial.DialConfig(tls=tls))
         self._stub = pc_grpc.ShardStub(self._channel)
         return self
 
@@ -176,11 +291,27 @@ class ShardClient:
             await self._channel.close()
             self._channel = None
 
+    def _claims(self, method: str, request: Any) -> auth.Claims:
+        """What a request needs, as Gazette's AuthShardClient asks for it."""
+        sel = pb.LabelSelector()
+        if method == "List":
+            return auth.Claims(auth.Capability.LIST, request.selector)
+        if method in ("Stat", "GetHints"):
+            sel.include.labels.add(name="id", value=request.shard)
+            return auth.Claims(auth.Capability.READ, sel)
+        if method == "Unassign":
+            for shard in sorted(set(request.shards)):
+                sel.include.labels.add(name="id", value=shard)
+        return auth.Claims(auth.Capability.APPLY, sel)
+
     async def _call(self, method: str, request: Any, detail: str = "") -> Any:
         """Call ``method``; a failed RPC, a non-OK Status or an invalid response raise."""
         assert self._stub is not None, "use ShardClient as `async with`"
+        metadata = self.credentials.authorize(self._claims(method, request), TOKEN_LIFETIME)
         try:
-            resp = await getattr(self._stub, method)(request, timeout=RPC_TIMEOUT)
+            resp = await getattr(self._stub, method)(
+                request, timeout=RPC_TIMEOUT, metadata=metadata or None
+            )
         except grpc.aio.AioRpcError as e:
             raise ShardRPCError(method, self.address, e.code(), e.details() or "") from e
         if resp.status != pc.Status.OK:

@@ -1,7 +1,7 @@
 """``python -m gazette.operator``: run the operator until SIGINT or SIGTERM.
 
 Exits 0 when told to stop, 1 when this replica lost the leader Lease (it stopped
-writing; restarted, it stands by) and 2 on bad flags.
+writing; restarted, it stands by) or etcd refused its login, and 2 on bad flags.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import asyncio
 import logging
 import sys
 
+from gazette import keyspace
 from gazette.operator import config, leader, runner
 
 logger = logging.getLogger("gazette.operator")
@@ -21,10 +22,17 @@ def main(argv: list[str] | None = None) -> int:
         level=cfg.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     lost: list[BaseException] = []
+    refused: list[BaseException] = []
     try:
         asyncio.run(runner.run(cfg))
     except* leader.LeadershipLost as group:
         lost.extend(group.exceptions)
+    except* keyspace.errors.EtcdAuthError as group:
+        refused.extend(group.exceptions)
+    if refused:
+        # A wrong etcd user or password won't heal by retrying: say so in one line.
+        logger.error("%s", refused[0])
+        return 1
     if lost:
         logger.error("stopped serving: leadership lost (%s)", lost[0])
         return 1

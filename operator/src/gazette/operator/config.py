@@ -8,6 +8,7 @@ import os
 import posixpath
 from collections.abc import Mapping, Sequence
 
+from gazette import keyspace
 from gazette.operator import handlers, health, leader, reconcile
 
 __all__ = ["OperatorConfig", "parse_args"]
@@ -19,16 +20,22 @@ class OperatorConfig:
 
     Either ``namespaces`` (kopf patterns) or ``all_namespaces``. ``health`` says where
     ``/readyz``, ``/healthz`` and ``/metrics`` are served; ``leader`` which Lease the
-    replicas elect their leader with.
+    replicas elect their leader with. ``etcd`` is how to reach etcd, with the same
+    ``--etcd.*`` flags as brokers and consumers (``gazette.keyspace.options``).
     """
 
-    etcd_address: str = "http://localhost:2379"
+    etcd: keyspace.EtcdConfig = dataclasses.field(default_factory=keyspace.EtcdConfig)
     handlers: handlers.HandlerConfig = dataclasses.field(default_factory=handlers.HandlerConfig)
     namespaces: tuple[str, ...] = ()
     all_namespaces: bool = False
     health: health.HealthConfig = dataclasses.field(default_factory=health.HealthConfig)
     leader: leader.LeaderConfig = dataclasses.field(default_factory=leader.LeaderConfig)
     log_level: str = "INFO"
+
+    @property
+    def etcd_address(self) -> str:
+        """``--etcd.address``."""
+        return self.etcd.address
 
 
 def _root(flag: str, value: str) -> str:
@@ -47,12 +54,16 @@ def parse_args(
         prog="python -m gazette.operator",
         description="Reconcile Journal and Shard objects of one Gazette cluster into its etcd.",
     )
-    p.add_argument(
-        "--etcd.address",
-        dest="etcd_address",
-        default=env.get("ETCD_ADDRESS", "http://localhost:2379"),
-        help="etcd service address (env ETCD_ADDRESS; default %(default)s)",
-    )
+    etcd_defaults = keyspace.EtcdConfig()
+    for flag, var, name, text in keyspace.options.FLAGS:
+        # The same flags as brokers and consumers; help never shows a secret.
+        said = "(default:" in text or flag in keyspace.options.SECRET_FLAGS
+        p.add_argument(
+            flag,
+            dest=f"etcd_{name}",
+            default=env.get(var, getattr(etcd_defaults, name)),
+            help=f"{text} (env {var}{'' if said else '; default %(default)s'})",
+        )
     p.add_argument(
         "--etcd.prefix",
         dest="broker_root",
@@ -172,6 +183,12 @@ def parse_args(
     )
     args = p.parse_args(argv)
     try:
+        etcd = keyspace.options.from_values(
+            {name: getattr(args, f"etcd_{name}") for _, _, name, _ in keyspace.options.FLAGS}
+        )
+    except keyspace.errors.EtcdConfigError as e:
+        p.error(str(e))
+    try:
         broker_root = _root("--etcd.prefix", args.broker_root)
         consumers_root = _root("--consumers.prefix", args.consumers_root)
     except argparse.ArgumentTypeError as e:
@@ -203,7 +220,7 @@ def parse_args(
     except ValueError as e:
         p.error(str(e))
     return OperatorConfig(
-        etcd_address=args.etcd_address,
+        etcd=etcd,
         handlers=handlers.HandlerConfig(
             reconcile=reconcile.ReconcileConfig(
                 broker_root=broker_root, consumers_root=consumers_root

@@ -92,7 +92,7 @@ async def run(
     checks = checks or health.Health(cfg.health)
     credentials = kube.Credentials()
     api = kube.KubeClient(credentials, instance=cfg.leader.identity)
-    client = await keyspace.connect(cfg.etcd_address)
+    client = await keyspace.connect(cfg.etcd)
     specs = store.EtcdSpecStore(client)
     views = assignments.AssignmentViews(client)
     ctl = controller.Controller(cfg.handlers.controller(), specs, api, views, health=checks)
@@ -166,7 +166,7 @@ async def _serve(
         logger.info(
             "serving cluster %r into etcd %s (journals under %s, shards under %s/<consumer>)",
             cfg.handlers.cluster,
-            cfg.etcd_address,
+            cfg.etcd.address,
             cfg.handlers.reconcile.broker_root,
             cfg.handlers.reconcile.consumers_root,
         )

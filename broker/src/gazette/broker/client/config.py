@@ -1,4 +1,9 @@
-"""Configuration of the broker client: frozen dataclasses of documented defaults."""
+"""Configuration of the broker client: frozen dataclasses of documented defaults.
+
+Transport security follows the endpoint: ``https://`` brokers (the address, and
+the endpoints routes name) are dialed with TLS using :class:`ClientConfig`'s
+certificate files, through the dial seam (:mod:`gazette.broker.protocol.dial`).
+"""
 
 from __future__ import annotations
 
@@ -66,6 +71,13 @@ class ClientConfig:
     auth_keys: str = dataclasses.field(default="", repr=False)
     #: Largest gRPC message accepted or sent (bytes).
     max_message_size: int = 8 << 20
+    #: TLS of ``https://`` brokers (Gazette's ``--broker.cert-file``,
+    #: ``--broker.cert-key-file``, ``--broker.trusted-ca-file``): a client certificate
+    #: and its key to present (brokers with ``--broker.server-ca-file`` require one),
+    #: and the CA of the brokers' certificates ("": the default root pool).
+    cert_file: str = ""
+    cert_key_file: str = ""
+    trusted_ca_file: str = ""
     #: How long an endpoint that failed a call is avoided when choosing route members.
     broken_endpoint_cooldown: float = 5.0
     #: List / Apply / ListFragments / FragmentStoreHealth wait for a broker to be

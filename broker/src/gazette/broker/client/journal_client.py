@@ -61,6 +61,13 @@ class JournalClient:
         )
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._broken: dict[str, float] = {}
+        self._stubs: dict[str, tuple[grpc.aio.Channel, pb_grpc.JournalStub]] = {}
+        self._dial = dial.DialConfig(
+            max_message_size=self.config.max_message_size,
+            tls=dial.TLS(
+                self.config.cert_file, self.config.cert_key_file, self.config.trusted_ca_file
+            ),
+        )
         #: Signs (keys) or holds (a static token) the bearer token of each call.
         self.credentials: auth.Authorizer = dial.credentials(
             self.config.auth_keys, self.config.auth_token
@@ -92,18 +99,24 @@ class JournalClient:
     # --- Channels -------------------------------------------------------------
 
     def channel(self, endpoint: str = "") -> grpc.aio.Channel:
-        """The (shared, lazily dialed) channel of ``endpoint``; "" is the default address."""
+        """The (shared, lazily dialed) channel of ``endpoint``; "" is the default address.
+
+        Raises ``pb.TLSConfigError`` if an ``https://`` endpoint's TLS files don't load.
+        """
         endpoint = endpoint or self.config.address
         channel = self._channels.get(endpoint)
         if channel is None:
-            channel = dial.channel(
-                endpoint, dial.DialConfig(max_message_size=self.config.max_message_size)
-            )
+            channel = dial.channel(endpoint, self._dial)
             self._channels[endpoint] = channel
         return channel
 
     def stub(self, endpoint: str = "") -> pb_grpc.JournalStub:
-        return pb_grpc.JournalStub(self.channel(endpoint))
+        # Kept per channel: a stub builds a callable for each RPC of the service.
+        channel = self.channel(endpoint)
+        cached = self._stubs.get(endpoint)
+        if cached is None or cached[0] is not channel:
+            cached = self._stubs[endpoint] = (channel, pb_grpc.JournalStub(channel))
+        return cached[1]
 
     def mark_broken(self, endpoint: str) -> None:
         """Note that a call to ``endpoint`` failed: prefer other members for a while."""

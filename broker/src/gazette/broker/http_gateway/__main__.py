@@ -1,4 +1,9 @@
-"""``python -m gazette.broker.http_gateway``: the journal HTTP gateway as its own process."""
+"""``python -m gazette.broker.http_gateway``: the journal HTTP gateway as its own process.
+
+With ``--server-cert-file`` it serves HTTPS (and, with ``--server-ca-file``,
+requires client certificates); an ``https://`` ``--broker.address`` is dialed
+with ``--broker.cert-file`` / ``--broker.trusted-ca-file``, as gazctl does.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +16,24 @@ import signal
 import sys
 
 from gazette.broker.http_gateway import server
+from gazette.broker.protocol import dial
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    config = server.ServerConfig(body_timeout=args.body_timeout)
+    serving = None
+    if args.server_cert_file:
+        serving = dial.TLS(args.server_cert_file, args.server_cert_key_file, args.server_ca_file)
+    config = server.ServerConfig(
+        body_timeout=args.body_timeout,
+        listen_config=dial.ListenConfig(tls=serving),
+        dial_config=dial.DialConfig(
+            tls=dial.TLS(args.cert_file, args.cert_key_file, args.trusted_ca_file)
+        ),
+    )
     http = server.Server(lambda: True, grpc_endpoint=args.broker_address, config=config)
     port = await http.start(args.host, args.port)
-    print(f"http gateway on http://{args.host}:{port} -> {args.broker_address}", flush=True)
+    scheme = "https" if serving is not None else "http"
+    print(f"http gateway on {scheme}://{args.host}:{port} -> {args.broker_address}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -40,6 +56,20 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("BROKER_ADDRESS", "http://localhost:8080"),
         help="broker endpoint the RPCs go to (env BROKER_ADDRESS; default %(default)s)",
     )
+    for flag, env, text in (
+        ("--broker.cert-file", "BROKER_CERT_FILE", "client certificate for https:// brokers"),
+        ("--broker.cert-key-file", "BROKER_CERT_KEY_FILE", "private key of --broker.cert-file"),
+        ("--broker.trusted-ca-file", "BROKER_TRUSTED_CA_FILE", "CA of the brokers"),
+        ("--server-cert-file", "", "certificate to serve HTTPS with (default: plain HTTP)"),
+        ("--server-cert-key-file", "", "private key of --server-cert-file"),
+        ("--server-ca-file", "", "CA whose client certificates are required"),
+    ):
+        parser.add_argument(
+            flag,
+            dest=flag.removeprefix("--").removeprefix("broker.").replace("-", "_"),
+            default=os.environ.get(env, "") if env else "",
+            help=f"PEM {text}" + (f" (env {env})" if env else ""),
+        )
     parser.add_argument("--host", default="127.0.0.1", help="listen address (%(default)s)")
     parser.add_argument("--port", type=int, default=8081, help="listen port (%(default)s)")
     parser.add_argument(

@@ -169,7 +169,7 @@ def parse_append_request(target: str) -> pb.AppendRequest:
 
 
 def _header_fields(
-    header: pb.Header, path: str, offset: int | None, host: str
+    header: pb.Header, path: str, offset: int | None, host: str, scheme: str = "http"
 ) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     route = header.route
@@ -177,23 +177,24 @@ def _header_fields(
         # Go's net/http trims the value's trailing space when it writes the header.
         out.append(("X-Route-Token", gotext.message_text(route).strip()))
         if route.primary != -1 and len(route.endpoints) > route.primary:
-            location = _location(route.endpoints[route.primary], path, offset, host)
+            location = _location(route.endpoints[route.primary], path, offset, host, scheme)
             if location:
                 out.append(("Location", location))
     return out
 
 
-def _location(endpoint: str, path: str, offset: int | None, host: str) -> str:
+def _location(endpoint: str, path: str, offset: int | None, host: str, scheme: str = "http") -> str:
     """Where an HTTP client finds the journal at ``path``.
 
     Gazette's brokers serve HTTP on their gRPC port, so its Location is the
     primary's endpoint. Ours serve HTTP on a second port: with ``offset`` (the
     distance between the two ports, the same on every broker of a cluster)
     Location is the primary's HTTP port; without it (a gateway of its own) it is
-    this gateway, as the client addressed it (``host``), which proxies any journal.
+    this gateway, as the client addressed it (``host``, by ``scheme``), which
+    proxies any journal.
     """
     if offset is None:
-        return f"http://{host}/{path.lstrip('/')}" if host else ""
+        return f"{scheme}://{host}/{path.lstrip('/')}" if host else ""
     loc = urllib.parse.urlsplit(endpoint)
     if loc.port is None:
         return ""
@@ -216,6 +217,8 @@ class Gateway:
         self._stub = pb_grpc.JournalStub(channel)
         #: See :func:`_location`; a broker sets it once both its ports are bound.
         self.location_port_offset = location_port_offset
+        #: Scheme of Location headers that name this gateway ("https" when it serves TLS).
+        self.scheme = "http"
 
     async def read(
         self, method: str, target: str, authorization: str = "", host: str = ""
@@ -237,7 +240,9 @@ class Gateway:
 
         headers: list[tuple[str, str]] = []
         if first.HasField("header"):
-            headers += _header_fields(first.header, path, self.location_port_offset, host)
+            headers += _header_fields(
+                first.header, path, self.location_port_offset, host, self.scheme
+            )
         if first.HasField("fragment"):
             frag = first.fragment
             headers.append(("X-Fragment-Name", pb.fragment_content_name(frag)))
@@ -356,7 +361,7 @@ class Gateway:
             call.cancel()  # The HTTP client went away or stalled: abort, so nothing commits.
             raise
         assert isinstance(resp, pb.AppendResponse)
-        headers = _header_fields(resp.header, path, self.location_port_offset, host)
+        headers = _header_fields(resp.header, path, self.location_port_offset, host, self.scheme)
         if resp.HasField("commit"):
             headers += [
                 ("X-Commit-Begin", str(resp.commit.begin)),

@@ -19,6 +19,12 @@ connection or its append for ever. A request answered before its body was
 read (a PUT the broker refused mid-body) gets ``Connection: close``; the
 server then stops writing and drops what the client still sends for a moment
 before closing, so the client reads the answer instead of a reset.
+
+TLS is the dial seam's (:mod:`gazette.broker.protocol.dial`): with
+:attr:`ServerConfig.listen_config` carrying TLS the port serves HTTPS (and
+requires client certificates when it has a CA), and the gateway's own channel
+to ``grpc_endpoint`` is dialed as :attr:`ServerConfig.dial_config` says (an
+``https://`` endpoint with its TLS).
 """
 
 from __future__ import annotations
@@ -57,6 +63,10 @@ class ServerConfig:
     #: client reads the answer rather than a connection reset.
     linger_timeout: float = 2.0
     linger_bytes: int = 16 << 20
+    #: How the port is served: its ``tls`` makes it HTTPS (the broker's certificate).
+    listen_config: dial.ListenConfig = dataclasses.field(default_factory=dial.ListenConfig)
+    #: How the gateway dials ``grpc_endpoint`` (a broker's peer TLS, for ``https://``).
+    dial_config: dial.DialConfig = dataclasses.field(default_factory=dial.DialConfig)
 
 
 class _ClientGone(Exception):
@@ -93,8 +103,10 @@ class Server:
         self._ready = ready
         self._config = config
         self._registry = registry or prom.REGISTRY
-        self._channel = dial.channel(grpc_endpoint)
+        self._ssl = dial.server_ssl_context(config.listen_config)
+        self._channel = dial.channel(grpc_endpoint, config.dial_config)
         self._gateway = gateway.Gateway(self._channel)
+        self._gateway.scheme = "https" if self._ssl is not None else "http"
 
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -109,7 +121,7 @@ class Server:
         self._gateway.location_port_offset = offset
 
     async def start(self, host: str, port: int) -> int:
-        self._server = await asyncio.start_server(self._handle, host, port)
+        self._server = await asyncio.start_server(self._handle, host, port, ssl=self._ssl)
         return int(self._server.sockets[0].getsockname()[1])
 
     async def close(self) -> None:

@@ -30,7 +30,10 @@ and adds what Gazette's Go types add to them:
   on its own, as it brings pyjwt): Gazette's bearer tokens, their
   capabilities and selector claims, and the keys that sign and verify them;
   a refusal is an `AuthorizationError`. ``gazette.broker.protocol.dial`` is
-  the seam every channel and server port is made through.
+  the seam every channel and server port is made through, and owns TLS
+  (certificate files that don't load are a `TLSConfigError`);
+  ``gazette.broker.protocol.tlstesting`` is a test seam making throwaway CAs
+  and certificates.
 
 Usage::
 
@@ -56,12 +59,18 @@ from gazette.broker.protocol.durations import (
     parse_duration,
     parse_duration_nanos,
 )
-from gazette.broker.protocol.errors import AuthorizationError, ValidationError, within
+from gazette.broker.protocol.errors import (
+    AuthorizationError,
+    TLSConfigError,
+    ValidationError,
+    within,
+)
 from gazette.broker.protocol.fragments import (
     CODEC_EXTENSIONS,
     codec_from_extension,
     codec_to_extension,
     endpoint_grpc_addr,
+    endpoint_uses_tls,
     fragment_content_name,
     fragment_path,
     parse_fragment_path,
@@ -257,6 +266,7 @@ __all__ = [
     "Route",
     "SHA1Sum",
     "Status",
+    "TLSConfigError",
     "ValidationError",
     "add_value",
     "check_media_type",
@@ -268,6 +278,7 @@ __all__ = [
     "duration_nanos",
     "duration_seconds",
     "endpoint_grpc_addr",
+    "endpoint_uses_tls",
     "enum_text",
     "format_duration",
     "format_duration_nanos",

@@ -30,6 +30,11 @@ Key types:
   ``authorization`` header are let through (for rolling auth out).
 - :class:`BearerAuth` — a client holding one static token.
 - :class:`NoopAuth` — no keys: nothing is sent, everything is allowed.
+- :class:`SwappableAuth` — a server's keys, replaceable while it serves
+  (key rotation: ``--broker.auth-keys-file`` and SIGHUP, see
+  :mod:`gazette.broker.server.keyreload`). Every call reads the current keys
+  once, so a call verifies and signs with one key set, and the next call
+  already with the new one.
 
 Every refusal is an :class:`~gazette.broker.protocol.errors.AuthorizationError`
 whose text names the problem (``authorization is missing required READ
@@ -85,6 +90,8 @@ __all__ = [
     "KeyedAuth",
     "Metadata",
     "NoopAuth",
+    "ServerAuth",
+    "SwappableAuth",
     "Verifier",
     "check_capability",
     "claims_from_json",
@@ -507,6 +514,42 @@ class KeyedAuth:
             return claims_from_json(payload)
         assert failure is not None
         raise AuthorizationError(f"verifying Authorization: {_describe_jwt_error(failure)}")
+
+
+class ServerAuth(Authorizer, Verifier, Protocol):
+    """What a server holds: it verifies its RPCs' tokens and signs those of its calls to peers."""
+
+
+class SwappableAuth:
+    """A server's :class:`KeyedAuth` (or :class:`NoopAuth`), replaced whole on key rotation.
+
+    Servers keep this holder and consult it on every call, never a copy of
+    the keys. :meth:`swap` installs a new key set in one assignment (the
+    event loop runs one call at a time), so a request is verified, and a peer
+    call signed, under either the old keys or the new ones, never a mix; and
+    the new KeyedAuth starts with empty caches, so a token of a retired key is
+    refused from the next request on (RPCs already running keep going until
+    their token expires, as they would in Gazette).
+    """
+
+    def __init__(self, current: KeyedAuth | NoopAuth) -> None:
+        self._current = current
+
+    @property
+    def current(self) -> KeyedAuth | NoopAuth:
+        """The key set in force."""
+        return self._current
+
+    def swap(self, new: KeyedAuth | NoopAuth) -> KeyedAuth | NoopAuth:
+        """Put ``new`` in force from the next call on; returns the key set it replaced."""
+        old, self._current = self._current, new
+        return old
+
+    def verify(self, metadata: Iterable[tuple[str, Any]] | None, require: int) -> Claims:
+        return self._current.verify(metadata, require)
+
+    def authorize(self, claims: Claims, lifetime: float = LIFETIME) -> Metadata:
+        return self._current.authorize(claims, lifetime)
 
 
 def new_authorizer(auth_keys: str = "", auth_token: str = "") -> KeyedAuth | BearerAuth | NoopAuth:

@@ -3,9 +3,23 @@
 Clients (:class:`gazette.broker.client.JournalClient`), a broker's channels to
 its peers and to itself (the HTTP gateway), test seams and the broker's own
 listening port all come through these functions, so that transport security
-and credentials are decided in one place. Today channels are plaintext
-(``http://`` endpoints, as Gazette's default); TLS belongs in
-:class:`DialConfig` and :class:`ListenConfig` and nowhere else.
+and credentials are decided in one place, as Gazette decides them:
+
+- **Dialing**: the endpoint's scheme picks the transport (Gazette's
+  ``NewDispatchedCredentials``, ``broker/protocol/dispatcher.go``):
+  ``https://`` endpoints are dialed with TLS, using :attr:`DialConfig.tls`
+  (a client certificate to present, and the CA that signs the servers'
+  certificates; without one the default root pool), ``http://`` and
+  ``unix://`` ones in the clear. A broker's server certificate is checked
+  against the endpoint's host, so it names (SAN) every host or IP address
+  brokers are dialed by.
+- **Listening**: :attr:`ListenConfig.tls` set serves TLS with its certificate;
+  with a CA too, every client must present a certificate it signed (Gazette's
+  ``--broker.server-ca-file``, ``server/server.go`` ``BuildTLSConfig``).
+  :func:`server_ssl_context` is the same for an HTTP/1 port (the gateway).
+
+:class:`TLS` names PEM files; they are read when a channel or port is made,
+and a file that can't be read or parsed raises ``pb.TLSConfigError`` naming it.
 
 Per-call credentials are bearer tokens (:mod:`gazette.broker.protocol.auth`):
 :func:`credentials` turns a client's ``--broker.auth-keys`` or
@@ -21,6 +35,11 @@ Usage::
     server = dial.server(dial.ListenConfig(max_receive_message_size=4 << 20))
     port = dial.listen(server, "127.0.0.1", 0)
 
+    tls = dial.TLS(cert_file="node.crt", key_file="node.key", ca_file="ca.crt")
+    secure = dial.ListenConfig(tls=tls)
+    port = dial.listen(dial.server(secure), "127.0.0.1", 0, secure)
+    channel = dial.channel(f"https://127.0.0.1:{port}", dial.DialConfig(tls=tls))
+
 etcd is dialed by its own client library (``gazette.keyspace.connect``): it is
 not a broker endpoint and has its own settings.
 """
@@ -28,13 +47,90 @@ not a broker endpoint and has its own settings.
 from __future__ import annotations
 
 import dataclasses
+import ssl
 from typing import Any
 
 import grpc
 
-from gazette.broker.protocol import auth, fragments
+from gazette.broker.protocol import auth, errors, fragments
 
-__all__ = ["DialConfig", "ListenConfig", "channel", "credentials", "listen", "server"]
+__all__ = [
+    "TLS",
+    "DialConfig",
+    "ListenConfig",
+    "channel",
+    "client_ssl_context",
+    "credentials",
+    "listen",
+    "server",
+    "server_ssl_context",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class TLS:
+    """PEM files of one side of TLS connections (paths; "" for none).
+
+    As a server's: ``cert_file`` and ``key_file`` are served (both required),
+    and ``ca_file``, when set, signs the certificates every client must present.
+    As a client's: ``cert_file`` and ``key_file`` (optional, together) are
+    presented to servers that ask, and ``ca_file`` signs the servers'
+    certificates (default: the root pool gRPC ships with).
+    """
+
+    cert_file: str = ""
+    key_file: str = ""
+    ca_file: str = ""
+
+    def __post_init__(self) -> None:
+        if bool(self.cert_file) != bool(self.key_file):
+            raise errors.TLSConfigError(
+                "a TLS certificate and its key go together: "
+                f"certificate {self.cert_file or '(none)'}, key {self.key_file or '(none)'}"
+            )
+
+    def pem(self) -> tuple[bytes | None, bytes | None, bytes | None]:
+        """(certificate chain, private key, CA) as read from the files (None if unset).
+
+        Raises ``pb.TLSConfigError`` naming a file that can't be read, that
+        holds no PEM certificate (or key), or a key that isn't its certificate's.
+        """
+        cert, key, ca = (_read(path) for path in (self.cert_file, self.key_file, self.ca_file))
+        if cert is not None:
+            # Let OpenSSL parse the pair now: gRPC would only say "handshake failed" later.
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            try:
+                ctx.load_cert_chain(self.cert_file, self.key_file)
+            except (ssl.SSLError, ValueError) as e:
+                raise errors.TLSConfigError(
+                    f"TLS certificate {self.cert_file} and key {self.key_file} "
+                    f"don't load as a pair: {_why(e)}",
+                    self.cert_file,
+                ) from e
+        if ca is not None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            try:
+                ctx.load_verify_locations(cadata=ca.decode("ascii", "replace"))
+            except (ssl.SSLError, ValueError) as e:
+                raise errors.TLSConfigError(
+                    f"TLS CA file {self.ca_file} holds no usable certificate: {_why(e)}",
+                    self.ca_file,
+                ) from e
+        return cert, key, ca
+
+
+def _read(path: str) -> bytes | None:
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise errors.TLSConfigError(f"reading {path}: {e.strerror or e}", path) from None
+
+
+def _why(e: Exception) -> str:
+    return str(getattr(e, "reason", None) or e)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +141,8 @@ class DialConfig:
     """Largest message sent or received (None: gRPC's defaults)."""
     fast_reconnect: bool = True
     """Reconnect promptly when a broker comes back (gRPC backs off to 2 min by default)."""
+    tls: TLS = TLS()
+    """Used for ``https://`` endpoints: the client certificate and the servers' CA."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,10 +153,20 @@ class ListenConfig:
     """Largest inbound message gRPC itself accepts."""
     reuse_port: bool = False
     """SO_REUSEPORT: off, so that two brokers never share (and steal) a port."""
+    tls: TLS | None = None
+    """Serve TLS with this certificate (None: plaintext); its CA makes client certificates required."""
+
+    def __post_init__(self) -> None:
+        if self.tls is not None and not self.tls.cert_file:
+            raise errors.TLSConfigError("serving TLS needs a certificate and its key")
 
 
 def channel(endpoint: str, config: DialConfig = DialConfig()) -> grpc.aio.Channel:
-    """A channel to a broker ``endpoint`` (``http://host:port``, ``unix:///path``)."""
+    """A channel to a broker ``endpoint`` (``http://host:port``, ``https://host:port``,
+    ``unix:///path``); ``https://`` dials TLS with ``config.tls``.
+
+    Raises ``pb.TLSConfigError`` if an ``https://`` endpoint's TLS files don't load.
+    """
     options: list[tuple[str, Any]] = []
     if config.max_message_size is not None:
         options += [
@@ -70,7 +178,14 @@ def channel(endpoint: str, config: DialConfig = DialConfig()) -> grpc.aio.Channe
             ("grpc.initial_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 2000),
         ]
-    return grpc.aio.insecure_channel(fragments.endpoint_grpc_addr(endpoint), options=options)
+    target = fragments.endpoint_grpc_addr(endpoint)
+    if not fragments.endpoint_uses_tls(endpoint):
+        return grpc.aio.insecure_channel(target, options=options)
+    cert, key, ca = config.tls.pem()
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=ca, private_key=key, certificate_chain=cert
+    )
+    return grpc.aio.secure_channel(target, creds, options=options)
 
 
 def credentials(auth_keys: str = "", auth_token: str = "") -> auth.Authorizer:
@@ -92,6 +207,51 @@ def server(config: ListenConfig = ListenConfig()) -> grpc.aio.Server:
     )
 
 
-def listen(srv: grpc.aio.Server, host: str, port: int) -> int:
-    """Add a listening port of ``host`` (``[::]`` for all) to ``srv``; the bound port, 0 if none."""
-    return int(srv.add_insecure_port(f"{host}:{port}"))
+def listen(
+    srv: grpc.aio.Server, host: str, port: int, config: ListenConfig = ListenConfig()
+) -> int:
+    """Add a listening port of ``host`` (``[::]`` for all) to ``srv``; the bound port, 0 if none.
+
+    With ``config.tls`` the port serves TLS (client certificates required when
+    it has a CA). Raises ``pb.TLSConfigError`` if its files don't load.
+    """
+    address = f"{host}:{port}"
+    if config.tls is None:
+        return int(srv.add_insecure_port(address))
+    cert, key, ca = config.tls.pem()
+    assert cert is not None and key is not None  # ListenConfig checked.
+    creds = grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
+    )
+    return int(srv.add_secure_port(address, creds))
+
+
+def server_ssl_context(config: ListenConfig) -> ssl.SSLContext | None:
+    """The ``ssl`` context of an HTTP/1 port served as ``config`` says (None: plaintext).
+
+    The broker's HTTP gateway serves its port with the broker's certificate and
+    asks for client certificates as its gRPC port does (Gazette serves both on
+    one TLS port). Raises ``pb.TLSConfigError`` if the files don't load.
+    """
+    if config.tls is None:
+        return None
+    config.tls.pem()  # Named errors for unreadable files.
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(config.tls.cert_file, config.tls.key_file)
+    if config.tls.ca_file:
+        ctx.load_verify_locations(config.tls.ca_file)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
+
+
+def client_ssl_context(tls: TLS = TLS()) -> ssl.SSLContext:
+    """An ``ssl`` context of HTTPS requests to brokers (their gateways), as :func:`channel` dials.
+
+    Raises ``pb.TLSConfigError`` if the files don't load.
+    """
+    tls.pem()
+    ctx = ssl.create_default_context(cafile=tls.ca_file or None)
+    if tls.cert_file:
+        ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    return ctx

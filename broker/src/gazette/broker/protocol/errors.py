@@ -8,6 +8,8 @@ Hierarchy::
      └── AuthorizationError   a request's bearer token is missing, invalid, or
                               doesn't grant what the request needs (brokers answer
                               UNAUTHENTICATED with its text, as Gazette does)
+     └── TLSConfigError       a TLS certificate, key or CA file can't be read or
+                              doesn't parse (``gazette.broker.protocol.dial``)
 
 A `ValidationError` carries the dotted path of fields leading to the offending
 value (`context`) and the rule it broke (`reason`). Nested validators add their
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from types import TracebackType
 
-__all__ = ["AuthorizationError", "ValidationError", "within"]
+__all__ = ["AuthorizationError", "TLSConfigError", "ValidationError", "within"]
 
 
 class ValidationError(ValueError):
@@ -63,6 +65,17 @@ class AuthorizationError(Exception):
     brokers when a claim's selector doesn't cover an Apply's journal, and on
     the command line for keys that don't decode.
     """
+
+
+class TLSConfigError(Exception):
+    """A TLS setting can't be used: ``str(e)`` names the file (and its flag) and why.
+
+    ``path`` is the file at fault ("" when the fault is a combination of settings).
+    """
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class within:

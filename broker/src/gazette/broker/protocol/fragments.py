@@ -321,6 +321,11 @@ def endpoint_grpc_addr(url: str) -> str:
     return u.host
 
 
+def endpoint_uses_tls(url: str) -> bool:
+    """Whether a valid endpoint is dialed with TLS: ``https://`` is; ``http://`` and ``unix://`` aren't."""
+    return parse_url(url).scheme == "https"
+
+
 def fragment_store_scheme(url: str) -> str:
     """The (lower-cased) scheme of a valid fragment store URL."""
     return parse_url(url).scheme

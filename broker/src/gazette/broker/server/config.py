@@ -29,7 +29,9 @@ import random
 import re
 import socket
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
+
+from gazette import keyspace
 
 _ADJECTIVES = (
     "amber",
@@ -101,6 +103,24 @@ class BrokerConfig:
     #: ``--broker.auth-keys``: base64 HMAC keys, the first signs (see
     #: ``gazette.broker.protocol.auth``); empty: no authorization. Kept out of reprs.
     auth_keys: str = dataclasses.field(default="", repr=False)
+    #: ``--broker.auth-keys-file`` (ours): the same keys read from a file, reloaded
+    #: when it changes and on SIGHUP (``gazette.broker.server.keyreload``).
+    auth_keys_file: str = ""
+    #: TLS (Gazette's ``--broker.server-cert-file`` etc.): a server certificate
+    #: turns it on (the endpoint is then ``https://``), and without one the other
+    #: five are ignored. ``server_ca_file`` makes client certificates required;
+    #: the peer files are this broker's side of its calls to other brokers.
+    server_cert_file: str = ""
+    server_cert_key_file: str = ""
+    server_ca_file: str = ""
+    peer_cert_file: str = ""
+    peer_cert_key_file: str = ""
+    peer_ca_file: str = ""
+
+    @property
+    def tls(self) -> bool:
+        """Whether the broker serves TLS (``--broker.server-cert-file`` is set)."""
+        return bool(self.server_cert_file)
 
     @property
     def endpoint(self) -> str:
@@ -108,19 +128,22 @@ class BrokerConfig:
 
         An IPv6 literal host is bracketed, as the broker's process does.
         """
-        return endpoint_of(self.host or socket.gethostname(), self.port)
+        return endpoint_of(self.host or socket.gethostname(), self.port, tls=self.tls)
 
 
-def endpoint_of(host: str, port: int) -> str:
-    """``http://host:port``, with an IPv6 literal ``host`` bracketed."""
+def endpoint_of(host: str, port: int, *, tls: bool = False) -> str:
+    """``http://host:port`` (``https://`` with ``tls``), with an IPv6 literal ``host`` bracketed."""
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
-    return f"http://{host}:{port}"
+    return f"{'https' if tls else 'http'}://{host}:{port}"
 
 
 @dataclasses.dataclass(frozen=True)
-class EtcdConfig:
-    address: str = "http://localhost:2379"
+class EtcdConfig(keyspace.EtcdConfig):
+    """``--etcd.*``: the connection every Gazette process configures alike
+    (:class:`gazette.keyspace.EtcdConfig`: address, TLS files, etcd user), plus
+    this process's keyspace root and member lease."""
+
     prefix: str = "/gazette/cluster"
     lease_s: float = 20.0
 
@@ -185,15 +208,13 @@ def parse_port(text: str) -> int:
 Flag = tuple[str, str, str, Callable[[str], Any], object, str]
 """(flag, environment variable, dest ``section.name``, type, default, help)."""
 
-#: Flags every Gazette process takes alike (brokers, consumers).
-ETCD_ADDRESS_FLAG: Flag = (
-    "--etcd.address",
-    "ETCD_ADDRESS",
-    "etcd.address",
-    str,
-    "http://localhost:2379",
-    "etcd endpoint",
+#: Flags every Gazette process takes alike (brokers, consumers): the etcd
+#: connection flags of ``gazette.keyspace.options.FLAGS`` (the operator's too).
+ETCD_CONNECTION_FLAGS: tuple[Flag, ...] = tuple(
+    (flag, var, f"etcd.{name}", str, getattr(keyspace.EtcdConfig(), name), text)
+    for flag, var, name, text in keyspace.options.FLAGS
 )
+ETCD_ADDRESS_FLAG: Flag = ETCD_CONNECTION_FLAGS[0]
 ETCD_LEASE_FLAG: Flag = (
     "--etcd.lease",
     "ETCD_LEASE_TTL",
@@ -339,8 +360,72 @@ _FLAGS: tuple[Flag, ...] = (
         "",
         "Whitespace or comma separated, base64-encoded keys: the first signs the tokens "
         "of this broker's calls to its peers, any verifies a request's 'Authorization: "
-        "Bearer' token. The key AA== lets requests without a token through (for rollouts) "
+        "Bearer' token. The key AA== lets requests without a token through (for rollouts). "
+        "Read once: changing them takes a restart (see --broker.auth-keys-file) "
         "(default: none, every request is allowed)",
+    ),
+    (
+        "--broker.auth-keys-file",
+        "BROKER_AUTH_KEYS_FILE",
+        "broker.auth_keys_file",
+        str,
+        "",
+        "File holding the keys of --broker.auth-keys (e.g. a mounted Kubernetes Secret), "
+        "which it excludes. Re-read when it changes (checked every 2s) and on SIGHUP: tokens "
+        "of a retired key are refused from then on; a file without valid keys is logged "
+        "and the keys in force are kept (default: none)",
+    ),
+    (
+        "--broker.server-cert-file",
+        "BROKER_SERVER_CERT_FILE",
+        "broker.server_cert_file",
+        str,
+        "",
+        "PEM certificate this broker serves. Turns TLS on (an https:// endpoint, on the "
+        "gRPC and the HTTP port alike); without it the other TLS flags are ignored "
+        "(default: none, plaintext)",
+    ),
+    (
+        "--broker.server-cert-key-file",
+        "BROKER_SERVER_CERT_KEY_FILE",
+        "broker.server_cert_key_file",
+        str,
+        "",
+        "PEM private key of --broker.server-cert-file (default: none)",
+    ),
+    (
+        "--broker.server-ca-file",
+        "BROKER_SERVER_CA_FILE",
+        "broker.server_ca_file",
+        str,
+        "",
+        "PEM CA of client certificates: when set, every client (peers and the HTTP "
+        "gateway's too) must present a certificate it signed (default: none, client "
+        "certificates are not asked for)",
+    ),
+    (
+        "--broker.peer-cert-file",
+        "BROKER_PEER_CERT_FILE",
+        "broker.peer_cert_file",
+        str,
+        "",
+        "PEM certificate this broker presents to its peers (default: none)",
+    ),
+    (
+        "--broker.peer-cert-key-file",
+        "BROKER_PEER_CERT_KEY_FILE",
+        "broker.peer_cert_key_file",
+        str,
+        "",
+        "PEM private key of --broker.peer-cert-file (default: none)",
+    ),
+    (
+        "--broker.peer-ca-file",
+        "BROKER_PEER_CA_FILE",
+        "broker.peer_ca_file",
+        str,
+        "",
+        "PEM CA of the peers' server certificates (default: the system's root pool)",
     ),
     (
         "--broker.http-body-timeout",
@@ -359,7 +444,7 @@ _FLAGS: tuple[Flag, ...] = (
         "On SIGTERM, how long to wait for the journals to move to other brokers "
         "before stopping anyway; every spool is persisted either way (Go duration)",
     ),
-    ETCD_ADDRESS_FLAG,
+    *ETCD_CONNECTION_FLAGS,
     (
         "--etcd.prefix",
         "ETCD_PREFIX",
@@ -386,7 +471,14 @@ def _show(value: object, typ: Callable[[str], Any]) -> str:
 
 
 #: Flags whose values are secrets: ``--help`` never shows them.
-SECRET_FLAGS = frozenset({"--broker.auth-keys"})
+SECRET_FLAGS = frozenset(
+    {
+        "--broker.auth-keys",
+        "--broker.auth-token",
+        "--consumer.auth-keys",
+        *keyspace.options.SECRET_FLAGS,
+    }
+)
 
 
 def _help(
@@ -479,21 +571,82 @@ def parse(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = Non
             f"--etcd.prefix must be an absolute path without trailing '/': {cfg.etcd.prefix!r}"
         )
     check_broker_spec(cfg.broker)
-    check_auth_keys(cfg.broker.auth_keys)
+    check_etcd(cfg.etcd)
+    check_auth_keys(cfg.broker.auth_keys, cfg.broker.auth_keys_file)
+    check_tls(cfg.broker)
     return cfg
 
 
-def check_auth_keys(keys: str) -> None:
-    """Exit with one line if ``--broker.auth-keys`` is set but doesn't decode."""
-    if not keys:
+def check_etcd(etcd: keyspace.EtcdConfig) -> None:
+    """Exit with one line naming the ``--etcd.*`` flag whose value can't work."""
+    try:
+        etcd.check()
+    except keyspace.errors.EtcdConfigError as e:
+        raise SystemExit(str(e)) from None
+
+
+class _TLSFiles(Protocol):
+    @property
+    def server_cert_file(self) -> str: ...
+    @property
+    def server_cert_key_file(self) -> str: ...
+    @property
+    def server_ca_file(self) -> str: ...
+    @property
+    def peer_cert_file(self) -> str: ...
+    @property
+    def peer_cert_key_file(self) -> str: ...
+    @property
+    def peer_ca_file(self) -> str: ...
+
+
+def check_tls(c: _TLSFiles, prefix: str = "--broker") -> None:
+    """Exit with one line naming the flag if a TLS file of ``c`` doesn't load.
+
+    Nothing is checked without a server certificate: the flags are then ignored.
+    ``prefix`` is ``--consumer`` for a consumer's flags (the same six).
+    """
+    if not c.server_cert_file:
+        return
+    from gazette.broker import protocol as pb
+    from gazette.broker.protocol import dial
+
+    for side in ("server", "peer"):
+        names = (f"{side}-cert-file", f"{side}-cert-key-file", f"{side}-ca-file")
+        files = [getattr(c, n.replace("-", "_")) for n in names]
+        try:
+            dial.TLS(*files).pem()
+        except pb.TLSConfigError as e:
+            # No path: a certificate without its key (or a key without its certificate).
+            missing = names[1] if files[0] else names[0]
+            flag = names[files.index(e.path)] if e.path else missing
+            raise SystemExit(f"{prefix}.{flag}: {e}") from None
+
+
+def check_auth_keys(keys: str, keys_file: str = "", section: str = "--broker") -> None:
+    """Exit with one line if ``<section>.auth-keys`` (or its ``-file``) is set but doesn't decode.
+
+    The keys and the keys file exclude each other (from a flag or a variable alike).
+    """
+    if not keys and not keys_file:
         return
     from gazette.broker import protocol as pb
     from gazette.broker.protocol import auth
+    from gazette.broker.server import keyreload
 
+    if keys and keys_file:
+        raise SystemExit(
+            f"{section}.auth-keys and {section}.auth-keys-file are mutually exclusive "
+            "(flags or environment variables): give the keys one way"
+        )
     try:
-        auth.parse_keys(keys)
+        if keys_file:
+            keyreload.load_keys_file(keys_file)
+        else:
+            auth.parse_keys(keys)
     except pb.AuthorizationError as e:
-        raise SystemExit(f"--broker.auth-keys: {e}") from None
+        suffix = "-file" if keys_file else ""
+        raise SystemExit(f"{section}.auth-keys{suffix}: {e}") from None
 
 
 def _quote(value: str) -> str:

@@ -14,7 +14,12 @@ Life of a broker:
    ``GET``/``HEAD``/``PUT /<journal>``, proxied to our own gRPC endpoint with
    the request's ``Authorization`` header) with the diagnostics
    ``/debug/ready`` and ``/debug/metrics``. With ``--broker.auth-keys`` every
-   RPC needs a token (:mod:`gazette.broker.protocol.auth`).
+   RPC needs a token (:mod:`gazette.broker.protocol.auth`); keys from
+   ``--broker.auth-keys-file`` are reloaded when it changes and on SIGHUP
+   (:mod:`gazette.broker.server.keyreload`). With ``--broker.server-cert-file``
+   both ports serve TLS with that certificate, the announced endpoint is
+   ``https://``, and peers (and the gateway's own channel) are dialed with the
+   ``--broker.peer-*`` files (:func:`tls_configs`).
 4. On SIGTERM or SIGINT: mark the member exiting; the allocator moves every
    journal away, for at most ``--broker.drain-timeout`` (and not at all when
    every broker is exiting: there is nowhere to go). Then local replicas stop
@@ -46,9 +51,9 @@ from gazette import allocator, keyspace
 from gazette.broker import http_gateway, journals
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import persister, spool, stores
-from gazette.broker.protocol import auth, dial
+from gazette.broker.protocol import dial
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
-from gazette.broker.server import api, config, flow_control, service
+from gazette.broker.server import api, config, flow_control, keyreload, service
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +151,7 @@ async def serve(
     """
     ensure_spool_dir(cfg.broker.spool_dir)
     loop = asyncio.get_running_loop()
+    signals_are_ours = stop is None
     if stop is None:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -153,20 +159,19 @@ async def serve(
                 loop.add_signal_handler(sig, stop.set)
 
     bcfg = cfg.broker
-    server = dial.server(
-        # Appends and Applies refuse messages over --broker.max-grpc-recv-size
-        # themselves, with a clear status: gRPC's own limit is only a backstop.
-        dial.ListenConfig(max_receive_message_size=api.core_receive_limit(bcfg.max_grpc_recv_size))
-    )
+    keys = keyreload.server_auth(bcfg.auth_keys, bcfg.auth_keys_file, "--broker.auth-keys-file")
+    reloader = keyreload.reloader_of(keys, bcfg.auth_keys_file)
+    if signals_are_ours:
+        keyreload.handle_sighup(loop, reloader, "--broker.auth-keys")
+    listen_cfg, peer_tls = tls_configs(bcfg)
+    server = dial.server(listen_cfg)
     host = bcfg.host or socket.gethostname()
-    port = dial.listen(server, bind_host(host), bcfg.port)
+    port = dial.listen(server, bind_host(host), bcfg.port, listen_cfg)
     if port == 0:
         raise SystemExit(f"failed to listen on port {bcfg.port}")
-    endpoint = f"http://{host}:{port}"
-    if ":" in host and not host.startswith("["):
-        endpoint = f"http://[{host}]:{port}"
+    endpoint = config.endpoint_of(host, port, tls=bcfg.tls)
 
-    client = await keyspace.connect(cfg.etcd.address)
+    client = await keyspace.connect(cfg.etcd)
     root = cfg.etcd.prefix
     decoder = allocator.key_value_decoder(root, journals.JournalDecoder(pb.validate))
     ks = keyspace.KeySpace(root, decoder, keyspace.KeySpaceConfig(watch_delay=bcfg.watch_delay_s))
@@ -196,7 +201,12 @@ async def serve(
     debug = http_gateway.Server(
         lambda: ready,
         grpc_endpoint=endpoint,
-        config=http_gateway.ServerConfig(body_timeout=bcfg.http_body_timeout_s),
+        config=http_gateway.ServerConfig(
+            body_timeout=bcfg.http_body_timeout_s,
+            # One certificate for both ports, as Gazette serves both on one.
+            listen_config=listen_cfg,
+            dial_config=dial.DialConfig(tls=peer_tls),
+        ),
     )
 
     try:
@@ -215,6 +225,8 @@ async def serve(
             observed = session.observed
             assert observed is not None
             watch_task = tg.create_task(ks.watch(client), name="keyspace watch")
+            if reloader is not None:
+                reload_task = tg.create_task(reloader.run(), name="auth key reload")
 
             svc: service.Service
             pers = persister.Persister(registry, lambda j: svc.lookup_spec(j))
@@ -235,9 +247,10 @@ async def serve(
                     max_message_size=bcfg.max_grpc_recv_size,
                     # A gap must outlast any earlier member's lease: see head_recovery_ready.
                     recovery_delay=lease_ttl + 2.0,
+                    peer_tls=peer_tls,
                 ),
                 lease_valid=lambda: session.lease.valid(loop.time()),
-                authorization=auth.KeyedAuth(bcfg.auth_keys) if bcfg.auth_keys else None,
+                authorization=keys,
             )
             persister_task = tg.create_task(pers.serve(), name="persister")
             replicas_task = tg.create_task(svc.run(), name="replicas")
@@ -274,6 +287,8 @@ async def serve(
             await server.stop(GRACEFUL_STOP_TIMEOUT)
             await replicas_task
             watch_task.cancel()
+            if reloader is not None:
+                reload_task.cancel()
             pers.stop()
             await persister_task
             if not session_task.done():
@@ -290,6 +305,23 @@ async def serve(
         await debug.close()
         with contextlib.suppress(keyspace.errors.KeySpaceError, OSError):
             await client.close()
+
+
+def tls_configs(bcfg: config.BrokerConfig) -> tuple[dial.ListenConfig, dial.TLS]:
+    """How the gRPC port listens, and the TLS of calls to peers (``--broker.*-file``).
+
+    Without ``--broker.server-cert-file`` the broker serves plaintext and the
+    other TLS flags are ignored, as Gazette's (its peers' https:// endpoints are
+    then dialed with the default root pool).
+    """
+    # Appends and Applies refuse messages over --broker.max-grpc-recv-size
+    # themselves, with a clear status: gRPC's own limit is only a backstop.
+    limit = api.core_receive_limit(bcfg.max_grpc_recv_size)
+    if not bcfg.tls:
+        return dial.ListenConfig(max_receive_message_size=limit), dial.TLS()
+    serving = dial.TLS(bcfg.server_cert_file, bcfg.server_cert_key_file, bcfg.server_ca_file)
+    peer = dial.TLS(bcfg.peer_cert_file, bcfg.peer_cert_key_file, bcfg.peer_ca_file)
+    return dial.ListenConfig(max_receive_message_size=limit, tls=serving), peer
 
 
 async def _drain(
@@ -334,4 +366,8 @@ def run(cfg: config.Config) -> int:
         asyncio.run(serve(cfg))
     except KeyboardInterrupt:
         return 130
+    except keyspace.errors.EtcdAuthError as e:
+        # etcd refused --etcd.username: one line naming the flags, not a traceback.
+        log.error("%s", e)
+        return 1
     return 0

@@ -59,14 +59,18 @@ class ServiceConfig:
     recovery_delay: float = replica.DEFAULT_RECOVERY_DELAY
     """Seconds a journal's spools must trail its persisted fragments before it resumes
     at their end (see Replica.head_recovery_ready); at least the member lease."""
+    peer_tls: dial.TLS = dataclasses.field(default_factory=dial.TLS)
+    """Our side of TLS to peers with ``https://`` endpoints (``--broker.peer-*-file``)."""
 
 
 class Peers:
     """gRPC channels to other brokers, one per endpoint, dialed on first use."""
 
-    def __init__(self, max_message_size: int = 4 << 20) -> None:
+    def __init__(self, max_message_size: int = 4 << 20, tls: dial.TLS | None = None) -> None:
         # Replicate requests carry an append's chunks plus a few bytes of framing.
-        self._dial = dial.DialConfig(max_message_size=max_message_size + (64 << 10))
+        self._dial = dial.DialConfig(
+            max_message_size=max_message_size + (64 << 10), tls=tls or dial.TLS()
+        )
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def stub(self, endpoint: str) -> pb2_grpc.JournalStub:
@@ -120,12 +124,13 @@ class Service:
         *,
         clock: Callable[[], float] = time.time,
         lease_valid: Callable[[], bool] = lambda: True,
-        authorization: auth.KeyedAuth | auth.NoopAuth | None = None,
+        authorization: auth.ServerAuth | None = None,
     ) -> None:
         self.etcd = etcd
         #: Verifies the tokens of RPCs, and signs those of our calls to peers
-        #: (``--broker.auth-keys``; without keys, everything is allowed).
-        self.auth: auth.KeyedAuth | auth.NoopAuth = authorization or auth.NoopAuth()
+        #: (``--broker.auth-keys``; without keys, everything is allowed). Consulted
+        #: per call: a :class:`~auth.SwappableAuth` rotates keys under a serving broker.
+        self.auth: auth.ServerAuth = authorization or auth.NoopAuth()
         self.lease_valid = lease_valid
         self.observed = observed
         self.registry = registry
@@ -134,7 +139,7 @@ class Service:
         self.clock = clock
         self.replicas = replica.ReplicaSet(observed, self._new_replica)
         self.resolver = resolver.Resolver(observed, self.replicas)
-        self.peers = Peers(config.max_message_size)
+        self.peers = Peers(config.max_message_size, config.peer_tls)
         self.stop_proxy_reads = asyncio.Event()
 
     def _new_replica(self, journal: str, primary: bool, create_revision: int) -> replica.Replica:
@@ -306,6 +311,14 @@ class Service:
     def maybe_roll(self, spool_: object, roll_to_offset: int, spec: pb.JournalSpec) -> pb.Fragment:
         assert isinstance(spool_, spool.Spool)
         return spool.maybe_roll(spool_, roll_to_offset, spec.fragment, self.clock())
+
+    def store_healthy(self, resolution: resolver.Resolution) -> bool:
+        spec = resolution.journal_spec
+        assert spec is not None
+        if not spec.fragment.stores:
+            return True
+        _, err = self.registry.get(spec.fragment.stores[0]).health_status()
+        return err is None
 
     async def await_store_health(self, resolution: resolver.Resolution) -> str | None:
         spec = resolution.journal_spec

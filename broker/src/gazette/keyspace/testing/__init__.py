@@ -16,6 +16,18 @@ Outside pytest::
 
     with testing.EtcdServer() as server:
         print(server.endpoint)   # http://127.0.0.1:<port>
+
+Secured etcd, as production runs it: :func:`make_tls` writes a throwaway CA
+and certificates; ``EtcdServer(tls=...)`` serves ``https://`` and requires client
+certificates of that CA; :meth:`EtcdServer.enable_auth` turns etcd auth on
+with a root user and a user limited to a prefix; ``auth_token_ttl`` shortens
+the life of etcd's tokens. :meth:`EtcdServer.config` is the
+:class:`~gazette.keyspace.EtcdConfig` that reaches the server (as root once
+auth is on), and :class:`EtcdCluster` runs several members::
+
+    with testing.EtcdServer(tls=testing.make_tls(tmp_dir)) as server:
+        server.enable_auth({"gazette": ("secret", "/gazette/")})
+        client = await keyspace.connect(server.config("gazette", "secret"))
 """
 
 from __future__ import annotations
@@ -23,10 +35,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import os
 import pathlib
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -34,18 +48,31 @@ import time
 import types
 import urllib.error
 import urllib.request
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+from gazette.keyspace import options as ks_options
 
 __all__ = [
+    "ROOT_PASSWORD",
+    "EtcdCluster",
     "EtcdServer",
     "EtcdStartError",
+    "TLSFiles",
     "die_with_parent_argv",
     "etcd_binary",
     "free_port",
     "free_port_pairs",
     "free_ports",
+    "make_tls",
     "port_is_free",
     "wipe_prefix",
 ]
+
+#: The password of etcd's ``root`` user once :meth:`EtcdServer.enable_auth` ran.
+ROOT_PASSWORD = "root-secret"
+
+_T = TypeVar("_T")
 
 #: Overrides the etcd binary (e.g. Debian's ``/usr/bin/etcd``).
 BINARY_ENV = "GAZETTE_ETCD_BINARY"
@@ -150,11 +177,23 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
-def wipe_prefix(endpoint: str, prefix: str) -> None:
+def _run_blocking(make: Callable[[], Awaitable[_T]]) -> _T:
+    # Its own event loop in a worker thread: callable from synchronous fixtures even
+    # while a test's loop is running.
+    async def run() -> _T:
+        return await make()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, run()).result()
+
+
+def wipe_prefix(endpoint: str | ks_options.EtcdConfig, prefix: str) -> None:
     """Delete every etcd key under ``prefix``, blocking until done.
 
-    Runs its own event loop in a worker thread, so module-scoped (synchronous)
-    fixtures can call it in teardown even while a test's loop is running.
+    ``endpoint`` is an address or the config of a secured server
+    (:meth:`EtcdServer.config`). Runs its own event loop in a worker thread, so
+    module-scoped (synchronous) fixtures can call it in teardown even while a
+    test's loop is running.
     """
 
     async def wipe() -> None:
@@ -166,8 +205,50 @@ def wipe_prefix(endpoint: str, prefix: str) -> None:
         finally:
             await client.close()
 
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        pool.submit(asyncio.run, wipe()).result()
+    _run_blocking(wipe)
+
+
+@dataclasses.dataclass(frozen=True)
+class TLSFiles:
+    """PEM files of a throwaway PKI (see :func:`make_tls`).
+
+    ``ca_file`` signed ``server_cert``/``server_key`` (names 127.0.0.1, ::1 and
+    localhost) and ``client_cert``/``client_key``.
+    ``other_client_cert``/``other_client_key`` are signed by another CA, which
+    a server of this PKI refuses.
+    """
+
+    ca_file: str
+    server_cert: str
+    server_key: str
+    client_cert: str
+    client_key: str
+    other_client_cert: str
+    other_client_key: str
+
+
+def make_tls(directory: pathlib.Path | str) -> TLSFiles:
+    """Write a CA, a server and a client certificate (and a stranger's) into ``directory``.
+
+    Made by the brokers' certificate seam (:mod:`gazette.broker.protocol.tlstesting`),
+    so it needs ``cryptography`` (the ``testing`` extra).
+    """
+    from gazette.broker.protocol import tlstesting
+
+    ca = tlstesting.make_ca(directory, "etcd-ca")
+    server_cert, server_key = ca.issue("etcd-server")
+    client_cert, client_key = ca.issue("gazette-client", server=False)
+    stranger = tlstesting.make_ca(directory, "another-ca")
+    other_cert, other_key = stranger.issue("gazette-stranger", server=False)
+    return TLSFiles(
+        ca_file=str(ca.cert_file),
+        server_cert=str(server_cert),
+        server_key=str(server_key),
+        client_cert=str(client_cert),
+        client_key=str(client_key),
+        other_client_cert=str(other_cert),
+        other_client_key=str(other_key),
+    )
 
 
 def die_with_parent_argv(signal_name: str = "TERM") -> list[str]:
@@ -196,6 +277,12 @@ class EtcdServer:
     starts etcd in its own session, so it outlives this process (``make up``);
     otherwise it dies with this process. ``fsync=False`` trades durability for
     speed, which tests want.
+
+    ``tls`` serves clients ``https://`` with its server certificate and requires
+    client certificates signed by its CA. ``auth_token_ttl`` is etcd's
+    ``--auth-token-ttl`` (seconds an unused auth token lives; etcd's default
+    is 300). ``initial_cluster`` (``name=peer-url,...``) makes this one member
+    of a cluster (see :class:`EtcdCluster`).
     """
 
     def __init__(
@@ -209,8 +296,16 @@ class EtcdServer:
         fsync: bool = False,
         startup_timeout: float = 30.0,
         binary: pathlib.Path | str | None = None,
+        tls: TLSFiles | None = None,
+        auth_token_ttl: int | None = None,
+        initial_cluster: str | None = None,
     ) -> None:
         self.host = "127.0.0.1"
+        self.tls = tls
+        self.auth_token_ttl = auth_token_ttl
+        self.initial_cluster = initial_cluster
+        #: Whether :meth:`enable_auth` turned etcd auth on (then :meth:`config` is root's).
+        self.auth_enabled = False
         self.name = name
         self.detach = detach
         self.fsync = fsync
@@ -230,7 +325,29 @@ class EtcdServer:
     @property
     def endpoint(self) -> str:
         """The client URL, e.g. ``http://127.0.0.1:2379`` (Gazette's ``--etcd.address``)."""
-        return f"http://{self.host}:{self.client_port}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://{self.host}:{self.client_port}"
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://{self.host}:{self.peer_port}"
+
+    def config(
+        self, username: str | None = None, password: str | None = None
+    ) -> ks_options.EtcdConfig:
+        """The connection options reaching this server: its endpoint, the client
+        certificate of ``tls``, and ``username`` (root once auth is on)."""
+        if username is None and self.auth_enabled:
+            username, password = "root", ROOT_PASSWORD
+        tls = self.tls
+        return ks_options.EtcdConfig(
+            address=self.endpoint,
+            cert_file=tls.client_cert if tls else "",
+            cert_key_file=tls.client_key if tls else "",
+            trusted_ca_file=tls.ca_file if tls else "",
+            username=username or "",
+            password=password or "",
+        )
 
     @property
     def pid(self) -> int | None:
@@ -250,9 +367,9 @@ class EtcdServer:
 
     def argv(self) -> list[str]:
         """The etcd command line (for the chosen ports and directory)."""
-        client = f"http://{self.host}:{self.client_port}"
-        peer = f"http://{self.host}:{self.peer_port}"
-        return [
+        client = self.endpoint
+        peer = self.peer_url
+        argv = [
             str(etcd_binary(self._binary)),
             "--name", self.name,
             "--data-dir", str(self.work_dir / "data"),
@@ -260,10 +377,20 @@ class EtcdServer:
             "--advertise-client-urls", client,
             "--listen-peer-urls", peer,
             "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"{self.name}={peer}",
+            "--initial-cluster", self.initial_cluster or f"{self.name}={peer}",
             "--log-level", "warn",
             "--unsafe-no-fsync=" + ("false" if self.fsync else "true"),
         ]  # fmt: skip
+        if self.tls is not None:
+            argv += [
+                "--cert-file", self.tls.server_cert,
+                "--key-file", self.tls.server_key,
+                "--trusted-ca-file", self.tls.ca_file,
+                "--client-cert-auth",
+            ]  # fmt: skip
+        if self.auth_token_ttl is not None:
+            argv += ["--auth-token-ttl", str(self.auth_token_ttl)]
+        return argv
 
     # --- Lifecycle -----------------------------------------------------------
 
@@ -326,6 +453,10 @@ class EtcdServer:
         deadline = time.monotonic() + self.startup_timeout
         url = f"{self.endpoint}/health"
         last = "no answer yet"
+        context: ssl.SSLContext | None = None
+        if self.tls is not None:
+            context = ssl.create_default_context(cafile=self.tls.ca_file)
+            context.load_cert_chain(self.tls.client_cert, self.tls.client_key)
         while True:
             code = self._proc.poll()
             if code is not None:
@@ -333,7 +464,7 @@ class EtcdServer:
                     f"etcd exited with status {code} while starting:\n{self.log_tail()}"
                 )
             try:
-                with urllib.request.urlopen(url, timeout=1.0) as resp:
+                with urllib.request.urlopen(url, timeout=1.0, context=context) as resp:
                     body = resp.read().decode()
                 if '"health":"true"' in body.replace(" ", ""):
                     return
@@ -423,6 +554,42 @@ class EtcdServer:
         proc.returncode = 0
         return proc.pid
 
+    def enable_auth(self, users: Mapping[str, tuple[str, str]] | None = None) -> None:
+        """Turn etcd auth on, with a ``root`` user (password :data:`ROOT_PASSWORD`) and
+        each ``name: (password, prefix)`` of ``users``, allowed to read and write
+        the keys under ``prefix`` only. Uses etcd's gRPC Auth API. Blocks."""
+        _run_blocking(lambda: self._enable_auth(dict(users or {})))
+        self.auth_enabled = True
+
+    async def _enable_auth(self, users: dict[str, tuple[str, str]]) -> None:
+        import aetcd.rpc
+
+        from gazette import keyspace
+
+        client = await keyspace.connect(self.config(), call_timeout=10)
+        try:
+            stub: Any = aetcd.rpc.AuthStub(client.channel)
+            await stub.UserAdd(aetcd.rpc.AuthUserAddRequest(name="root", password=ROOT_PASSWORD))
+            await stub.UserGrantRole(aetcd.rpc.AuthUserGrantRoleRequest(user="root", role="root"))
+            for name, (password, prefix) in users.items():
+                role = f"{name}-role"
+                await stub.UserAdd(aetcd.rpc.AuthUserAddRequest(name=name, password=password))
+                await stub.RoleAdd(aetcd.rpc.AuthRoleAddRequest(name=role))
+                await stub.RoleGrantPermission(
+                    aetcd.rpc.AuthRoleGrantPermissionRequest(
+                        name=role,
+                        perm=aetcd.rpc.Permission(
+                            permType=aetcd.rpc.Permission.READWRITE,
+                            key=prefix.encode(),
+                            range_end=keyspace.prefix_range_end(prefix).encode(),
+                        ),
+                    )
+                )
+                await stub.UserGrantRole(aetcd.rpc.AuthUserGrantRoleRequest(user=name, role=role))
+            await stub.AuthEnable(aetcd.rpc.AuthEnableRequest())
+        finally:
+            await client.close()
+
     def __enter__(self) -> EtcdServer:
         self.start()
         return self
@@ -435,3 +602,69 @@ class EtcdServer:
     ) -> None:
         with contextlib.suppress(ProcessLookupError):
             self.stop()
+
+
+class EtcdCluster:
+    """``size`` etcd members on loopback, started together (a cluster needs a quorum
+    before any member reports healthy). ``address`` lists every member, as a
+    comma-separated ``--etcd.address``. Other arguments are each member's (see
+    :class:`EtcdServer`); every member has a directory under ``work_dir``.
+    """
+
+    def __init__(
+        self,
+        work_dir: pathlib.Path | str,
+        size: int = 3,
+        *,
+        tls: TLSFiles | None = None,
+        auth_token_ttl: int | None = None,
+        startup_timeout: float = 60.0,
+    ) -> None:
+        ports = free_ports(2 * size)
+        names = [f"m{i}" for i in range(size)]
+        peers = ",".join(f"{n}=http://127.0.0.1:{ports[2 * i + 1]}" for i, n in enumerate(names))
+        self.members = [
+            EtcdServer(
+                work_dir=pathlib.Path(work_dir) / name,
+                client_port=ports[2 * i],
+                peer_port=ports[2 * i + 1],
+                name=name,
+                tls=tls,
+                auth_token_ttl=auth_token_ttl,
+                initial_cluster=peers,
+                startup_timeout=startup_timeout,
+            )
+            for i, name in enumerate(names)
+        ]
+
+    @property
+    def address(self) -> str:
+        return ",".join(m.endpoint for m in self.members)
+
+    def config(
+        self, username: str | None = None, password: str | None = None
+    ) -> ks_options.EtcdConfig:
+        """As :meth:`EtcdServer.config`, listing every member."""
+        return dataclasses.replace(self.members[0].config(username, password), address=self.address)
+
+    def start(self) -> None:
+        try:
+            for m in self.members:
+                m.work_dir.mkdir(parents=True, exist_ok=True)
+                m._spawn()
+            for m in self.members:
+                m._await_healthy()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        for m in self.members:
+            m.stop()
+
+    def __enter__(self) -> EtcdCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

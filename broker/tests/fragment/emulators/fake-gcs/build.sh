@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Builds fake-gcs-server (a GCS emulator, pinned by go.mod/go.sum) once per
 # version of this module and prints the binary's path. Cached under
-# <repo>/.cache/fake-gcs-server/<hash>/ (git-ignored), keyed by go.mod, go.sum,
+# fake-gcs-server/<hash>/ of the tool cache outside the checkout
+# (e2e/cache-root.sh: $GAZETTE_CACHE, else ~/.cache/gazette), keyed by go.mod, go.sum,
 # tools.go, this script and `go version`.
 set -euo pipefail
 src="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$src/../../../../.." && pwd)"
 hash="$(cat "$src/go.mod" "$src/go.sum" "$src/tools.go" "$src/build.sh" <(go version) | sha256sum | cut -c1-16)"
-bin="$repo/.cache/fake-gcs-server/$hash/fake-gcs-server"
+bin="$("$repo/e2e/cache-root.sh" fake-gcs-server)/$hash/fake-gcs-server"
 if [[ ! -x "$bin" ]]; then
     mkdir -p "$(dirname "$bin")"
     tmp="$(mktemp "$bin.XXXXXX")"

@@ -19,6 +19,7 @@ import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gazette import keyspace
 from gazette.broker.server import config as broker_config
 from gazette.consumer import protocol as pc
 from gazette.consumer.runtime import errors
@@ -44,16 +45,42 @@ class ConsumerConfig:
     max_hot_standbys: int = 3
     watch_delay_s: float = 0.030
     drain_timeout_s: float = 60.0
+    #: ``--consumer.auth-keys``: verify the tokens of ``consumer.Shard`` RPCs (the
+    #: first also signs this process's calls to its peers); or, ours, the same
+    #: keys from ``--consumer.auth-keys-file``, reloaded when it changes.
+    auth_keys: str = dataclasses.field(default="", repr=False)
+    auth_keys_file: str = ""
+    #: TLS, as a broker's (``--consumer.server-cert-file`` turns it on: an
+    #: ``https://`` endpoint; ``server_ca_file`` requires client certificates;
+    #: the peer files are our side of calls to other consumer processes).
+    server_cert_file: str = ""
+    server_cert_key_file: str = ""
+    server_ca_file: str = ""
+    peer_cert_file: str = ""
+    peer_cert_key_file: str = ""
+    peer_ca_file: str = ""
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.server_cert_file)
 
     @property
     def endpoint(self) -> str:
-        return broker_config.endpoint_of(self.host or "localhost", self.port)
+        return broker_config.endpoint_of(self.host or "localhost", self.port, tls=self.tls)
 
 
 @dataclasses.dataclass(frozen=True)
 class BrokerClientConfig:
     address: str = "http://localhost:8080"
     cache_size: int = 0
+    #: ``--broker.auth-keys`` (sign a token per RPC) or ``--broker.auth-token``
+    #: (send one), as Gazette's clients: what the brokers must be shown.
+    auth_keys: str = dataclasses.field(default="", repr=False)
+    auth_token: str = dataclasses.field(default="", repr=False)
+    #: TLS of ``https://`` brokers: our client certificate, and their CA.
+    cert_file: str = ""
+    cert_key_file: str = ""
+    trusted_ca_file: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +172,62 @@ _FLAGS: tuple[broker_config.Flag, ...] = (
         "On SIGTERM, how long to wait for shards to move to other processes (Go duration)",
     ),
     (
+        "--consumer.auth-keys",
+        "CONSUMER_AUTH_KEYS",
+        "consumer.auth_keys",
+        str,
+        "",
+        "Whitespace or comma separated, base64-encoded keys: any verifies the 'Authorization:"
+        " Bearer' token of a consumer.Shard request, the first signs this process's calls to"
+        " its peers. Read once (see --consumer.auth-keys-file)"
+        " (default: none, every request is allowed)",
+    ),
+    (
+        "--consumer.auth-keys-file",
+        "CONSUMER_AUTH_KEYS_FILE",
+        "consumer.auth_keys_file",
+        str,
+        "",
+        "File holding the keys of --consumer.auth-keys (e.g. a mounted Kubernetes Secret),"
+        " which it excludes; re-read when it changes and on SIGHUP (default: none)",
+    ),
+    *(
+        (
+            f"--consumer.{name}",
+            f"CONSUMER_{name.upper().replace('-', '_')}",
+            f"consumer.{name.replace('-', '_')}",
+            str,
+            "",
+            text,
+        )
+        for name, text in (
+            (
+                "server-cert-file",
+                "PEM certificate served on the gRPC and HTTP ports. Turns TLS on (an https://"
+                " endpoint); without it the other --consumer TLS flags are ignored"
+                " (default: none, plaintext)",
+            ),
+            (
+                "server-cert-key-file",
+                "PEM private key of --consumer.server-cert-file (default: none)",
+            ),
+            (
+                "server-ca-file",
+                "PEM CA of client certificates: when set, every client must present one it"
+                " signed (default: none, not asked for)",
+            ),
+            (
+                "peer-cert-file",
+                "PEM certificate presented to other consumer processes (default: none)",
+            ),
+            ("peer-cert-key-file", "PEM private key of --consumer.peer-cert-file (default: none)"),
+            (
+                "peer-ca-file",
+                "PEM CA of other processes' server certificates (default: the root pool)",
+            ),
+        )
+    ),
+    (
         "--broker.address",
         "BROKER_ADDRESS",
         "broker.address",
@@ -160,7 +243,48 @@ _FLAGS: tuple[broker_config.Flag, ...] = (
         0,
         "Journal routes to cache, to dial route members directly (0: off)",
     ),
-    broker_config.ETCD_ADDRESS_FLAG,
+    (
+        "--broker.cert-file",
+        "BROKER_CERT_FILE",
+        "broker.cert_file",
+        str,
+        "",
+        "PEM client certificate presented to https:// brokers (default: none)",
+    ),
+    (
+        "--broker.cert-key-file",
+        "BROKER_CERT_KEY_FILE",
+        "broker.cert_key_file",
+        str,
+        "",
+        "PEM private key of --broker.cert-file (default: none)",
+    ),
+    (
+        "--broker.trusted-ca-file",
+        "BROKER_TRUSTED_CA_FILE",
+        "broker.trusted_ca_file",
+        str,
+        "",
+        "PEM CA of the brokers' certificates (default: the system's root pool)",
+    ),
+    (
+        "--broker.auth-keys",
+        "BROKER_AUTH_KEYS",
+        "broker.auth_keys",
+        str,
+        "",
+        "Base64 keys of the brokers: the first signs a token for each request to them."
+        " Wins over --broker.auth-token (default: none)",
+    ),
+    (
+        "--broker.auth-token",
+        "BROKER_AUTH_TOKEN",
+        "broker.auth_token",
+        str,
+        "",
+        "Bearer token sent with every request to the brokers (default: none)",
+    ),
+    *broker_config.ETCD_CONNECTION_FLAGS,
     (
         "--etcd.prefix",
         "ETCD_PREFIX",
@@ -211,7 +335,13 @@ def parse(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = Non
         parser.error(
             f"--etcd.prefix must be an absolute path without trailing '/': {etcd.prefix!r}"
         )
+    try:
+        etcd.check()  # The --etcd.* connection options (TLS files, user), as brokers check them.
+    except keyspace.errors.EtcdConfigError as e:
+        parser.error(str(e))
     _check_consumer_spec(parser.error, cons)
+    _check_auth(parser.error, cons, sections["broker"])
+    _check_tls(parser.error, cons, sections["broker"])
     return Config(
         consumer=cons,
         broker=BrokerClientConfig(**sections["broker"]),
@@ -219,6 +349,35 @@ def parse(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = Non
         log=broker_config.LogConfig(**sections["log"]),
         app_args=tuple(app_args),
     )
+
+
+def _check_auth(fail: Any, cons: ConsumerConfig, broker: Mapping[str, Any]) -> None:
+    from gazette.broker import protocol as pb
+    from gazette.broker.protocol import auth
+
+    try:
+        broker_config.check_auth_keys(cons.auth_keys, cons.auth_keys_file, "--consumer")
+    except SystemExit as e:
+        fail(str(e))
+    if broker["auth_keys"]:
+        try:
+            auth.parse_keys(broker["auth_keys"])
+        except pb.AuthorizationError as e:
+            fail(f"--broker.auth-keys: {e}")
+
+
+def _check_tls(fail: Any, cons: ConsumerConfig, broker: Mapping[str, Any]) -> None:
+    from gazette.broker import protocol as pb
+    from gazette.broker.protocol import dial
+
+    try:
+        broker_config.check_tls(cons, "--consumer")
+    except SystemExit as e:
+        fail(str(e))
+    try:
+        dial.TLS(broker["cert_file"], broker["cert_key_file"], broker["trusted_ca_file"]).pem()
+    except pb.TLSConfigError as e:
+        fail(f"--broker.cert-file/--broker.cert-key-file/--broker.trusted-ca-file: {e}")
 
 
 def _app_name(path: str) -> str:

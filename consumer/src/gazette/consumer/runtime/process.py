@@ -12,6 +12,11 @@ shards to other processes (bounded by ``--consumer.drain-timeout``), then the
 shards stop and the lease is revoked. ``/debug/ready`` answers 200 once the
 process serves, 503 before and while draining; ``/debug/metrics`` has the
 Prometheus metrics.
+
+With ``--consumer.auth-keys`` (or ``--consumer.auth-keys-file``, reloaded when
+it changes and on SIGHUP: :mod:`gazette.broker.server.keyreload`) every
+``consumer.Shard`` RPC needs a bearer token (:mod:`~.shard_api`); the journal
+client shows the brokers ``--broker.auth-keys`` or ``--broker.auth-token``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import dataclasses
 import logging
 import signal
 import socket
+import ssl
 from typing import Any
 
 import prometheus_client as prom
@@ -30,6 +36,8 @@ from aiohttp import web
 from gazette import allocator, keyspace
 from gazette.broker import client
 from gazette.broker.protocol import dial
+from gazette.broker.server import config as broker_config
+from gazette.broker.server import keyreload
 from gazette.broker.server import process as broker_process
 from gazette.consumer import protocol as pc
 from gazette.consumer.protocol import protocol_pb2_grpc as pc_grpc
@@ -72,6 +80,7 @@ async def serve(
 ) -> None:
     """Run the consumer process until ``stop`` (default: SIGTERM/SIGINT), then drain and exit."""
     loop = asyncio.get_running_loop()
+    signals_are_ours = stop is None
     if stop is None:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -80,13 +89,14 @@ async def serve(
     ccfg = cfg.consumer
     host = ccfg.host or socket.gethostname()
     # The gRPC port (consumer.Shard) is announced in the ConsumerSpec: gazctl and peers dial it.
-    server = dial.server(dial.ListenConfig())
-    port = dial.listen(server, _bind_host(host), ccfg.port)
+    listen_cfg, peer_tls = tls_configs(ccfg)
+    server = dial.server(listen_cfg)
+    port = dial.listen(server, _bind_host(host), ccfg.port, listen_cfg)
     if port == 0:
         raise errors.ConfigError(f"failed to listen on --consumer.port {ccfg.port}")
-    endpoint = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    endpoint = broker_config.endpoint_of(host, port, tls=ccfg.tls)
 
-    etcd = await keyspace.connect(cfg.etcd.address)
+    etcd = await keyspace.connect(cfg.etcd)
     root = cfg.etcd.prefix
     ks = keyspace.KeySpace(
         root,
@@ -109,9 +119,21 @@ async def serve(
         is_consistent=shard_is_consistent,
     )
     ready = False
-    http = _DebugServer(lambda: ready)
+    http = _DebugServer(lambda: ready, dial.server_ssl_context(listen_cfg))
+    keys = keyreload.server_auth(ccfg.auth_keys, ccfg.auth_keys_file, "--consumer.auth-keys-file")
+    reloader = keyreload.reloader_of(keys, ccfg.auth_keys_file, "--consumer.auth-keys-file")
+    if signals_are_ours:
+        keyreload.handle_sighup(loop, reloader, "--consumer.auth-keys")
     jc = client.JournalClient(
-        client.ClientConfig(address=cfg.broker.address, cache_size=cfg.broker.cache_size)
+        client.ClientConfig(
+            address=cfg.broker.address,
+            cache_size=cfg.broker.cache_size,
+            auth_keys=cfg.broker.auth_keys,
+            auth_token=cfg.broker.auth_token,
+            cert_file=cfg.broker.cert_file,
+            cert_key_file=cfg.broker.cert_key_file,
+            trusted_ca_file=cfg.broker.trusted_ca_file,
+        )
     )
     try:
         async with jc, asyncio.TaskGroup() as tg:
@@ -126,11 +148,13 @@ async def serve(
             observed = session.observed
             assert observed is not None
             watch_task = tg.create_task(ks.watch(etcd), name="keyspace watch")
+            if reloader is not None:
+                reload_task = tg.create_task(reloader.run(), name="auth key reload")
             svc = Service(ShardServices(app, etcd, ks, jc), observed)
             shards_stop = asyncio.Event()
             shards_task = tg.create_task(svc.run(shards_stop), name="shards")
-            resolver = Resolver(svc, jc)
-            api = ShardAPI(svc, etcd, resolver)
+            resolver = Resolver(svc, jc, peer_tls)
+            api = ShardAPI(svc, etcd, resolver, keys)
             pc_grpc.add_ShardServicer_to_server(api, server)
             if isinstance(app, interfaces.ServiceRegistrar):
                 app.register_services(server, resolver)
@@ -160,6 +184,8 @@ async def serve(
             shards_stop.set()
             await shards_task
             watch_task.cancel()
+            if reloader is not None:
+                reload_task.cancel()
             if not session_task.done():
                 session_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -198,11 +224,25 @@ async def _drain(
         await asyncio.wait({session_task}, timeout=0.5)
 
 
+def tls_configs(ccfg: config.ConsumerConfig) -> tuple[dial.ListenConfig, dial.TLS]:
+    """How the gRPC port listens, and our TLS towards peers (``--consumer.*-file``).
+
+    Without ``--consumer.server-cert-file`` the port is plaintext and the other
+    TLS flags are ignored, as a broker's.
+    """
+    if not ccfg.tls:
+        return dial.ListenConfig(), dial.TLS()
+    serving = dial.TLS(ccfg.server_cert_file, ccfg.server_cert_key_file, ccfg.server_ca_file)
+    peer = dial.TLS(ccfg.peer_cert_file, ccfg.peer_cert_key_file, ccfg.peer_ca_file)
+    return dial.ListenConfig(tls=serving), peer
+
+
 class _DebugServer:
     """``/debug/ready`` and ``/debug/metrics`` on the HTTP port."""
 
-    def __init__(self, ready: Any) -> None:
+    def __init__(self, ready: Any, ssl_context: ssl.SSLContext | None = None) -> None:
         self._ready = ready
+        self._ssl = ssl_context  # Served with the gRPC port's certificate, as Gazette's one port.
         self._runner: web.AppRunner | None = None
 
     async def start(self, host: str, port: int) -> int:
@@ -211,7 +251,7 @@ class _DebugServer:
         app.router.add_get("/debug/metrics", self._on_metrics)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
+        site = web.TCPSite(self._runner, host, port, ssl_context=self._ssl)
         await site.start()
         server: Any = site._server
         return int(server.sockets[0].getsockname()[1])
@@ -247,4 +287,8 @@ def run(argv: list[str] | None = None) -> int:
         asyncio.run(serve(cfg, app))
     except KeyboardInterrupt:
         return 130
+    except keyspace.errors.EtcdAuthError as e:
+        # etcd refused --etcd.username: one line naming the flags, not a traceback.
+        log.error("%s", e)
+        return 1
     return 0

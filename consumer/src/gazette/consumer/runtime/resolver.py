@@ -7,6 +7,10 @@ primary's store or forward it to the primary's endpoint with a header naming
 that primary; a request that arrives with such a header and finds the shard
 is not primary here gets ``NOT_SHARD_PRIMARY`` rather than a second hop (the
 route changed under the sender, which retries).
+
+Resolving under a caller's claims (``--consumer.auth-keys``), a shard that
+their selector doesn't select is answered as one that doesn't exist, route
+and all (Gazette's resolver does the same).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import grpc
 from gazette import allocator
 from gazette.broker import protocol as pb
 from gazette.broker.client import JournalClient
-from gazette.broker.protocol import dial
+from gazette.broker.protocol import auth, dial
 from gazette.consumer import protocol as pc
 from gazette.consumer.runtime import interfaces
 
@@ -45,10 +49,14 @@ class Resolution:
 class Resolver:
     """Resolves shards against a process's view of etcd and its local replicas."""
 
-    def __init__(self, svc: Any, journal_client: JournalClient) -> None:
+    def __init__(
+        self, svc: Any, journal_client: JournalClient, peer_tls: dial.TLS | None = None
+    ) -> None:
         self.svc = svc
         self.journal_client = journal_client
         self._channels: dict[str, grpc.aio.Channel] = {}
+        #: Our side of TLS to peers with ``https://`` endpoints (``--consumer.peer-*-file``).
+        self._dial = dial.DialConfig(tls=peer_tls or dial.TLS())
 
     def header(self) -> pb.Header:
         """A header of this process at the current etcd revision (no route)."""
@@ -60,12 +68,24 @@ class Resolver:
         hdr.etcd.CopyFrom(self.svc.observed.ks.header)
         return hdr
 
-    def resolve(self, shard_id: str, proxy_header: pb.Header | None = None) -> Resolution:
-        """Resolve ``shard_id``; ``proxy_header`` is the header a forwarded request carried."""
+    def resolve(
+        self,
+        shard_id: str,
+        proxy_header: pb.Header | None = None,
+        claims: auth.Claims | None = None,
+    ) -> Resolution:
+        """Resolve ``shard_id``; ``proxy_header`` is the header a forwarded request carried.
+
+        With ``claims``, a shard outside their selector is SHARD_NOT_FOUND.
+        """
         state: allocator.State = self.svc.observed.state
         hdr = self.header()
         index = state.find_item(shard_id)
         if index == -1:
+            return Resolution(pc.Status.SHARD_NOT_FOUND, hdr)
+        if claims is not None and not pb.matches(
+            claims.selector, pc.label_set_ext(state.items[index].decoded.spec)
+        ):
             return Resolution(pc.Status.SHARD_NOT_FOUND, hdr)
         route = allocator.route_of(state.assignments_of(index))
         allocator.attach_endpoints(route, state)
@@ -89,7 +109,7 @@ class Resolver:
         """A channel to a peer process (one per endpoint, kept)."""
         ch = self._channels.get(endpoint)
         if ch is None:
-            ch = self._channels[endpoint] = dial.channel(endpoint)
+            ch = self._channels[endpoint] = dial.channel(endpoint, self._dial)
         return ch
 
     async def close(self) -> None:

@@ -17,6 +17,17 @@
 Statuses map as Gazette's: SHARD_NOT_FOUND, NO_SHARD_PRIMARY,
 ETCD_TRANSACTION_FAILED, SHARD_STOPPED; bad requests are INVALID_ARGUMENT
 naming the field.
+
+Authorization (``--consumer.auth-keys``; Gazette ``consumer/protocol/auth.go``):
+every RPC first verifies its bearer token — List needs LIST, Stat and
+GetHints READ, Apply and Unassign APPLY — and a refusal is UNAUTHENTICATED
+with the reason. The token's selector then limits the RPC as Gazette's
+handlers do: List shows, and Stat and GetHints find, only the shards it
+selects (on their labels and ``id``); an Apply upsert must be selected by its
+new labels, and a delete or an Unassign by the shard's ``id`` alone, else the
+whole request is UNAUTHENTICATED (``not authorized to <id>``). A Stat ends
+(DEADLINE_EXCEEDED) when its token expires, and one proxied to the primary
+carries this process's own token, narrowed to READ of that shard.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 import grpc
@@ -31,6 +43,7 @@ import grpc
 from gazette import allocator, keyspace
 from gazette.allocator import txn as etcd_txn
 from gazette.broker import protocol as pb
+from gazette.broker.protocol import auth
 from gazette.consumer import protocol as pc
 from gazette.consumer import recoverylog as rl
 from gazette.consumer.protocol import protocol_pb2_grpc as pc_grpc
@@ -45,10 +58,19 @@ log = logging.getLogger(__name__)
 class ShardAPI(pc_grpc.ShardServicer):
     """Serves ``consumer.Shard`` from a process's :class:`Service`."""
 
-    def __init__(self, svc: Service, etcd: Any, resolver: Resolver) -> None:
+    def __init__(
+        self,
+        svc: Service,
+        etcd: Any,
+        resolver: Resolver,
+        authorization: auth.ServerAuth | None = None,
+    ) -> None:
         self.svc = svc
         self.etcd = etcd
         self.resolver = resolver
+        #: Verifies requests' tokens and signs those of proxied Stats (consulted per
+        #: call: a :class:`~auth.SwappableAuth` rotates keys under a serving process).
+        self.auth: auth.ServerAuth = authorization or auth.NoopAuth()
 
     # -- helpers ----------------------------------------------------------
 
@@ -58,6 +80,14 @@ class ShardAPI(pc_grpc.ShardServicer):
 
     def _header(self) -> pb.Header:
         return self.resolver.header()
+
+    async def _verify(self, context: grpc.aio.ServicerContext, require: int) -> auth.Claims:
+        """The claims of the request's token, which must grant ``require`` (else aborts)."""
+        try:
+            return self.auth.verify(context.invocation_metadata(), require)
+        except pb.AuthorizationError as e:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
+            raise  # Not reached: abort raises.
 
     async def _invalid(self, context: grpc.aio.ServicerContext, request: Any) -> bool:
         try:
@@ -86,6 +116,7 @@ class ShardAPI(pc_grpc.ShardServicer):
     async def List(
         self, request: pc.ListRequest, context: grpc.aio.ServicerContext
     ) -> pc.ListResponse:
+        claims = await self._verify(context, auth.Capability.LIST)
         if await self._invalid(context, request):
             return pc.ListResponse()
         state = self._state
@@ -93,18 +124,30 @@ class ShardAPI(pc_grpc.ShardServicer):
         resp.header.CopyFrom(self._header())
         for i, kv in enumerate(state.items):
             spec: pc.ShardSpec = kv.decoded.spec
-            if pb.matches(request.selector, pc.label_set_ext(spec)):
+            labels = pc.label_set_ext(spec)
+            if pb.matches(request.selector, labels) and pb.matches(claims.selector, labels):
                 resp.shards.append(self._shard(state, i))
         return resp
 
     async def Stat(
         self, request: pc.StatRequest, context: grpc.aio.ServicerContext
     ) -> pc.StatResponse:
+        claims = await self._verify(context, auth.Capability.READ)
         if await self._invalid(context, request):
             return pc.StatResponse()
+        try:
+            async with _until_expiry(claims):
+                return await self._stat(request, claims, context)
+        except TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "context deadline exceeded")
+            raise  # Not reached: abort raises.
+
+    async def _stat(
+        self, request: pc.StatRequest, claims: auth.Claims, context: grpc.aio.ServicerContext
+    ) -> pc.StatResponse:
         resp = pc.StatResponse()
         res = self.resolver.resolve(
-            request.shard, request.header if request.HasField("header") else None
+            request.shard, request.header if request.HasField("header") else None, claims
         )
         resp.header.CopyFrom(res.header)
         if res.status != pc.Status.OK and res.status != pc.Status.SHARD_STOPPED:
@@ -116,7 +159,12 @@ class ShardAPI(pc_grpc.ShardServicer):
             forwarded.header.CopyFrom(res.header)
             proxied: pc.StatResponse = await pc_grpc.ShardStub(
                 self.resolver.channel(res.endpoint)
-            ).Stat(forwarded, timeout=context.time_remaining())
+            ).Stat(
+                forwarded,
+                timeout=context.time_remaining(),
+                metadata=self.auth.authorize(_shard_claims(auth.Capability.READ, request.shard))
+                or None,
+            )
             return proxied
         # Primary here: wait (even while its store is still being recovered).
         replica = self.svc.replicas.get(request.shard)
@@ -158,8 +206,17 @@ class ShardAPI(pc_grpc.ShardServicer):
     async def Apply(
         self, request: pc.ApplyRequest, context: grpc.aio.ServicerContext
     ) -> pc.ApplyResponse:
+        claims = await self._verify(context, auth.Capability.APPLY)
         if await self._invalid(context, request):
             return pc.ApplyResponse()
+        for change in request.changes:
+            # Upserts by their new labels; deletes, as Unassign, by id alone.
+            if change.HasField("upsert"):
+                shard, labels = change.upsert.id, pc.label_set_ext(change.upsert)
+            else:
+                shard, labels = change.delete, _id_labels(change.delete)
+            if not pb.matches(claims.selector, labels):
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, f"not authorized to {shard}")
         changes: list[keyspace.Change] = []
         hint_puts: list[Any] = []
         for change in request.changes:
@@ -193,6 +250,7 @@ class ShardAPI(pc_grpc.ShardServicer):
     async def GetHints(
         self, request: pc.GetHintsRequest, context: grpc.aio.ServicerContext
     ) -> pc.GetHintsResponse:
+        claims = await self._verify(context, auth.Capability.READ)
         if await self._invalid(context, request):
             return pc.GetHintsResponse()
         resp = pc.GetHintsResponse()
@@ -203,6 +261,9 @@ class ShardAPI(pc_grpc.ShardServicer):
             resp.status = pc.Status.SHARD_NOT_FOUND
             return resp
         spec: pc.ShardSpec = state.items[index].decoded.spec
+        if not pb.matches(claims.selector, pc.label_set_ext(spec)):
+            resp.status = pc.Status.SHARD_NOT_FOUND
+            return resp
         journal = pc.recovery_log(spec)
         if journal:
             keys = [pc.hint_primary_key(spec), *pc.hint_backup_keys(spec)]
@@ -224,8 +285,14 @@ class ShardAPI(pc_grpc.ShardServicer):
     async def Unassign(
         self, request: pc.UnassignRequest, context: grpc.aio.ServicerContext
     ) -> pc.UnassignResponse:
+        claims = await self._verify(context, auth.Capability.APPLY)
         if await self._invalid(context, request):
             return pc.UnassignResponse()
+        for shard_id in request.shards:
+            if not pb.matches(claims.selector, _id_labels(shard_id)):
+                await context.abort(
+                    grpc.StatusCode.UNAUTHENTICATED, f"not authorized to {shard_id}"
+                )
         state = self._state
         cmps: list[Any] = []
         ops: list[Any] = []
@@ -256,3 +323,22 @@ class ShardAPI(pc_grpc.ShardServicer):
 
 class _Stopped(Exception):
     pass
+
+
+def _id_labels(shard_id: str) -> pb.LabelSet:
+    return pb.LabelSet(labels=[pb.Label(name="id", value=shard_id)])
+
+
+def _shard_claims(capability: int, shard_id: str) -> auth.Claims:
+    """Claims of ``capability`` over one shard, as Gazette's clients ask for them."""
+    sel = pb.LabelSelector()
+    sel.include.CopyFrom(_id_labels(shard_id))
+    return auth.Claims(capability, sel)
+
+
+def _until_expiry(claims: auth.Claims) -> asyncio.Timeout:
+    """A timeout at the claims' expiry (none for claims that don't expire)."""
+    if claims.expires_at is None:
+        return asyncio.timeout(None)
+    loop = asyncio.get_running_loop()
+    return asyncio.timeout_at(loop.time() + max(0.0, claims.expires_at - time.time()))

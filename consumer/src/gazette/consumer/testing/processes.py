@@ -15,12 +15,18 @@ from collections.abc import Iterable, Sequence
 from types import TracebackType
 
 from gazette.broker import testing as broker_testing
+from gazette.broker.protocol import tlstesting
 
 __all__ = ["ConsumerCluster"]
 
 
 class ConsumerCluster:
-    """N consumer processes of application ``app`` (``pkg.module:Name``)."""
+    """N consumer processes of application ``app`` (``pkg.module:Name``).
+
+    With ``tls`` (:mod:`~gazette.broker.protocol.tlstesting` certificates) the
+    processes serve mutual TLS, dial each other with their node certificate, and
+    dial the (``https://``) brokers with the client certificate.
+    """
 
     def __init__(
         self,
@@ -37,8 +43,12 @@ class ConsumerCluster:
         extra_args: Iterable[str] = (),
         app_args: Iterable[str] = (),
         env: dict[str, str] | None = None,
+        tls: tlstesting.Certs | None = None,
     ) -> None:
         self.app = app
+        self.tls = tls
+        tls_args = [*tls.broker_args("consumer"), *tls.client_args()] if tls is not None else []
+        ssl_context = tls.client_ssl_context() if tls is not None else None
         self.etcd_prefix = etcd_prefix
         self.work_dir = pathlib.Path(work_dir)
         self.processes: list[broker_testing.BrokerProcess] = []
@@ -62,6 +72,7 @@ class ConsumerCluster:
                 "--etcd.prefix", etcd_prefix,
                 "--etcd.lease", lease,
                 "--log.level", log_level,
+                *tls_args,
                 *extra_args,
             ]  # fmt: skip
             app_argv = list(app_args)
@@ -78,6 +89,7 @@ class ConsumerCluster:
                     args,
                     penv,
                     module="gazette.consumer",
+                    ssl_context=ssl_context,
                 )
             )
 
