@@ -75,6 +75,31 @@ def test_gzip_writes_a_member_per_batch() -> None:
     assert c.close() == b""
 
 
+def test_gzip_reads_members_of_other_writers() -> None:
+    """Members as zlib, Python's gzip (with a file name) and ISA-L write them, concatenated,
+    decode as one GZIP fragment; so does the reverse (ours read by the standard library)."""
+    parts = [sample(90_000, 1), sample(40_000, 2), b"", sample(70_000, 3)]
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    blob = (
+        z.compress(parts[0])
+        + z.flush()
+        + gzip.compress(parts[1], mtime=1_700_000_000)
+        + _gzip_with_name(parts[2])
+        + codecs.compress(pb.GZIP, parts[3])
+    )
+    for piece in (1 << 20, 1000, 7):
+        assert decode_in_pieces(pb.GZIP, blob, piece) == b"".join(parts)
+    d = codecs.new_decompressor(pb.GZIP)
+    assert d.decompress(memoryview(blob)) + d.finish() == b"".join(parts)
+
+
+def _gzip_with_name(data: bytes) -> bytes:
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="fragment.raw", mode="wb", fileobj=buf, mtime=0) as f:
+        f.write(data)
+    return buf.getvalue()
+
+
 def test_gzip_offload_is_one_stream() -> None:
     data = sample(200_000)
     blob = encode_in_batches(pb.GZIP_OFFLOAD_DECOMPRESSION, data, 50_000)

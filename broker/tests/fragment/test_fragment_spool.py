@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import hashlib
+import threading
 import zlib
 
 import pytest
@@ -346,3 +348,67 @@ async def test_a_failed_content_write_fails_the_request_and_keeps_the_spool_usab
     await sp.apply(content(b"de", 3))
     resp = await sp.apply(proposal(frag(0, 5, data=b"abcde")))
     assert resp.status == pb.OK and sp.end == 5
+
+
+def _gated_compression(sp: spool.Spool) -> tuple[threading.Event, list[int]]:
+    """Hold ``sp``'s batch compressions (in their worker thread) until the gate opens.
+
+    Returns the gate and the batch ends started, in order.
+    """
+    gate = threading.Event()
+    started: list[int] = []
+    real = sp._compress_through
+
+    def gated(end: int) -> None:
+        started.append(end)
+        assert gate.wait(10), "the test never opened the gate"
+        real(end)
+
+    sp._compress_through = gated  # type: ignore[method-assign]
+    return gate, started
+
+
+async def test_a_commit_does_not_wait_for_its_batch_compression() -> None:
+    sp, obv = new_spool(compression_batch_size=10)
+    await sp.apply(proposal(frag(0, 0, pb.GZIP), pb.LabelSet()), primary=True)
+    gate, started = _gated_compression(sp)
+    # The first batch's compression is held, yet its commit returns.
+    await asyncio.wait_for(commit(sp, b"first batch ", primary=True), 5)
+    assert sp.end == 12
+    # Commits below the next batch neither start nor wait for compression.
+    await asyncio.wait_for(commit(sp, b"x", primary=True), 5)
+    # The next batch waits for the held one: at most one is in flight.
+    second = asyncio.ensure_future(commit(sp, b"second batch", primary=True))
+    await asyncio.sleep(0.1)
+    assert not second.done() and started == [12]
+    gate.set()
+    await asyncio.wait_for(second, 5)
+    await sp.apply(proposal(frag(sp.end, sp.end, pb.GZIP), pb.LabelSet()), primary=True)
+    done, _ = obv.completes[0]
+    assert decoded(done) == b"first batch xsecond batch"
+    assert started == [12, 25]
+
+
+async def test_a_roll_cancelled_while_compression_runs_leaves_one_job() -> None:
+    sp, obv = new_spool(compression_batch_size=10)
+    await sp.apply(proposal(frag(0, 0, pb.GZIP), pb.LabelSet()), primary=True)
+    gate, started = _gated_compression(sp)
+    await commit(sp, b"first batch ", primary=True)
+    roll = asyncio.ensure_future(
+        sp.apply(proposal(frag(sp.end, sp.end, pb.GZIP), pb.LabelSet()), primary=True)
+    )
+    await asyncio.sleep(0.1)
+    roll.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await roll
+    # The held job is still the spool's: the retried roll waits for it, then finishes.
+    retry = asyncio.ensure_future(
+        sp.apply(proposal(frag(sp.end, sp.end, pb.GZIP), pb.LabelSet()), primary=True)
+    )
+    await asyncio.sleep(0.1)
+    assert not retry.done() and started == [12]
+    gate.set()
+    assert (await asyncio.wait_for(retry, 5)).status == pb.OK
+    (done, primary), *_ = obv.completes
+    assert primary and decoded(done) == b"first batch "
+    assert started == [12]

@@ -86,6 +86,8 @@ class FakeIndex:
     def __init__(self) -> None:
         self.summary_value = (0, 0, 0)
 
+    first_refresh_done = True
+
     async def wait_first_refresh(self) -> None:
         pass
 
@@ -181,6 +183,9 @@ class FakeDeps:
 
     async def await_store_health(self, res):
         return self.health_err
+
+    def store_healthy(self, res):
+        return self.health_err is None
 
     def desired_replication(self, spec):
         return spec.replication

@@ -16,6 +16,8 @@ Modules:
 - :mod:`options` — the flags commands share: ``--broker.*``, ``-l/--selector``.
 - :mod:`runner` — runs a command's coroutine; failures as one line on stderr,
   exit status 1.
+- :mod:`lazy` — command groups whose commands' modules are imported only when
+  the command runs, so a one-shot command starts quickly.
 - :mod:`output` — tables, JSON and progress lines.
 
 Usage::

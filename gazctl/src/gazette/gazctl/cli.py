@@ -6,19 +6,32 @@ and click takes such names as they are, with environment-variable defaults
 flag names from Python parameter names, which can't spell those.
 
 The command groups are built in their own modules (:mod:`journals`, :mod:`shards`) and only
-added here, so nothing imports this module but the entry points.
+added here, so nothing imports this module but the entry points. Commands are imported
+when they run (:mod:`gazette.gazctl.lazy`): ``gazctl --help`` imports neither grpc nor
+the client, and ``gazctl journals append`` nothing of ``shards``.
 """
 
 from __future__ import annotations
 
 import click
 
-from gazette.gazctl import journals, shards
+from gazette.gazctl import journals, lazy
 
 __all__ = ["gazctl", "main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+# `shards` (the consumer protocol and its client) is imported only when a shards
+# command runs; its one-line help is here so that `gazctl --help` needn't import it.
+@click.group(
+    cls=lazy.Group,
+    commands={
+        "shards": lazy.Command(
+            "gazette.gazctl.shards:group",
+            "Interact with consumer shards: list, apply, edit, recover, prune, unassign.",
+        )
+    },
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 def gazctl() -> None:
     """gazctl: a command-line interface for a Gazette broker cluster.
 
@@ -38,8 +51,8 @@ def gazctl() -> None:
 
 
 gazctl.add_command(journals.group)
-gazctl.add_command(shards.group)
 
 
 def main() -> None:
+    lazy.one_shot = True
     gazctl(prog_name="gazctl")

@@ -14,6 +14,14 @@ Content is never held in memory beyond one request: it lives in the spool
 file, and compression reads it back in blocks. The SHA-1 of the committed
 content is kept as a hashlib copy, so a rollback is a ``.copy()``.
 
+The primary compresses committed content in batches, in a worker thread,
+behind the commits: a commit that makes a batch starts its compression and
+returns without waiting for it (Gazette's `compressThrough` runs inside the
+commit). At most one batch is in flight: the next batch, a roll and the
+persister wait for it. Compression only reads committed spans of the spool
+file, which later content and rollbacks never write, so it can run beside
+them.
+
 :func:`maybe_roll` decides the primary's next proposal (Gazette's
 `maybeRollFragment`, `broker/replica.go`).
 """
@@ -142,6 +150,11 @@ class Spool:
         self._compressed_pos = 0
         self._compressed_to = 0
         self.compressed_length = 0
+        # The compression running in a worker thread (None when idle), and the content
+        # offset through which compression is started: batches are counted from there.
+        # While a job runs, the thread alone touches the compression fields above.
+        self._compressing: asyncio.Future[None] | None = None
+        self._compress_target = 0
 
     # -- Views --------------------------------------------------------------------------
 
@@ -262,13 +275,14 @@ class Spool:
         if self._delta != 0 and fragments_equal(self.next(), proposal):
             metrics.SPOOL_COMMITS_TOTAL.inc()
             metrics.SPOOL_COMMIT_BYTES_TOTAL.inc(self._delta)
-            uncompressed = (proposal.end - self.spec.begin) - self._compressed_to
+            uncompressed = (proposal.end - self.spec.begin) - self._compress_target
             if (
                 primary
                 and self.spec.compression_codec != pb.NONE
                 and uncompressed >= self.config.compression_batch_size
             ):
-                await asyncio.to_thread(self._compress_through, proposal.end)
+                self._compress_target = proposal.end - self.spec.begin
+                await self._start_compression(self._compress_through, proposal.end)
             self.spec = _copy_fragment(proposal)
             self.observer.spool_commit(self.fragment)
             if self.first_append_time is None:
@@ -284,8 +298,10 @@ class Spool:
         return resp
 
     async def _roll(self, proposal: pb.Fragment, registers: pb.LabelSet, primary: bool) -> None:
+        await self._compression_idle()
         if self._compressor is not None or (primary and self.spec.compression_codec != pb.NONE):
-            await asyncio.to_thread(self.finish_compression)
+            await self._start_compression(self.finish_compression)
+            await self._compression_idle()
         if self.content_length != 0:
             metrics.SPOOL_COMPLETED_TOTAL.inc()
             completed = copy.copy(self)
@@ -304,7 +320,27 @@ class Spool:
         self.first_append_time = None
         self._reset_content()
 
-    # -- Compression (blocking: run these in a worker thread) ---------------------------
+    # -- Compression ----------------------------------------------------------------------
+
+    async def _start_compression(self, job: Callable[..., None], *args: object) -> None:
+        """Run ``job(*args)`` in a worker thread once the previous job finished."""
+        await self._compression_idle()
+        self._compressing = asyncio.get_running_loop().run_in_executor(None, job, *args)
+
+    async def _compression_idle(self) -> None:
+        """Wait for the running compression job, if any (raising what it raised)."""
+        fut = self._compressing
+        if fut is None:
+            return
+        try:
+            # Shielded: a cancelled caller leaves the job running and recorded, so the
+            # next caller waits for it rather than starting a second job beside it.
+            await asyncio.shield(fut)
+        finally:
+            if fut.done():
+                self._compressing = None
+
+    # Blocking: these run in a worker thread.
 
     def _compress_through(self, end: int) -> None:
         """Compress committed content through offset ``end`` into ``compressed_file``."""

@@ -21,7 +21,9 @@ Modules:
 * :mod:`service` — the Service: wiring of replicas, resolution, peers and the
   FSM's collaborators.
 * :mod:`api` — the gRPC edge and the data RPCs (Append, Replicate, Read);
-  :mod:`metadata_api` — List, Apply, ListFragments, FragmentStoreHealth.
+  :mod:`metadata_api` — List, Apply, ListFragments, FragmentStoreHealth;
+  :mod:`read_api` — a local Read's content from spools and stores, in large
+  chunks read one ahead in worker threads.
 * :mod:`process` — a whole broker process (etcd lease, allocator, serving,
   bounded drain and persisting on SIGTERM).
 * :mod:`metrics` — Prometheus metrics (served at ``/debug/metrics`` by

@@ -32,18 +32,22 @@ import grpc
 from gazette import keyspace, task
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import errors as frag_errors
-from gazette.broker.fragment import reader
 from gazette.broker.protocol import auth
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
-from gazette.broker.server import append_fsm, errors, metadata_api, metrics, resolver, service
+from gazette.broker.server import (
+    append_fsm,
+    errors,
+    metadata_api,
+    metrics,
+    read_api,
+    resolver,
+    service,
+)
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# Content chunks of Read responses: just under 32 KiB, so that a whole response
-# stays within gRPC's 32 KiB buffer tier (as Gazette sizes them).
-READ_CHUNK_SIZE = (1 << 15) - 32
 MAX_JOURNALS_PER_LIST_RESPONSE = 25
 DEFAULT_FRAGMENTS_PAGE_LIMIT = 1000
 DELETE_PROBE_TIMEOUT = 60.0
@@ -465,50 +469,7 @@ class JournalServicer(pb2_grpc.JournalServicer):
         index_: Any,
         context: grpc.aio.ServicerContext[pb.ReadRequest, pb.ReadResponse],
     ) -> None:
-        first = True
-        end_offset = req.end_offset
-        while True:
-            try:
-                resp, file = await index_.query(req)
-            except frag_errors.IndexClosedError:
-                return  # The replica stopped: end cleanly, the client retries elsewhere.
-            if first:
-                resp.header.CopyFrom(header)
-                first = False
-            await context.write(resp)
-            if (
-                resp.status != pb.OK
-                or req.metadata_only
-                or (file is None and req.do_not_proxy)
-                or (end_offset != 0 and resp.offset >= end_offset)
-            ):
-                return
-            frag = resp.fragment
-            offset = resp.offset
-            limit = frag.end if end_offset == 0 else min(frag.end, end_offset)
-
-            if file is not None:
-                while offset < limit:
-                    data = file.pread(min(READ_CHUNK_SIZE, limit - offset), offset - frag.begin)
-                    if not data:
-                        raise errors.BrokerServerError(
-                            f"spool file of {frag.journal} ended at {offset}, before {limit}"
-                        )
-                    await context.write(pb.ReadResponse(offset=offset, content=data))
-                    offset += len(data)
-            else:
-                async for block in reader.read_fragment(self.svc.registry, frag, offset):
-                    view = memoryview(block)
-                    while view and offset < limit:
-                        n = min(READ_CHUNK_SIZE, len(view), limit - offset)
-                        await context.write(pb.ReadResponse(offset=offset, content=bytes(view[:n])))
-                        offset += n
-                        view = view[n:]
-                    if offset >= limit:
-                        break
-            if end_offset != 0 and offset >= end_offset:
-                return
-            req.offset = offset
+        await read_api.serve_read(req, header, index_, self.svc.registry, context.write)
 
     # -- List and Apply -----------------------------------------------------------------
 

@@ -258,18 +258,25 @@ class AppendFSM(ContentPhase):
 
     async def _on_resolve(self) -> None:
         self.must_state(State.RESOLVE)
+        min_revision = max(self.req.min_etcd_revision, self.read_through_rev)
+        proxy_header = self.req.header if self.req.HasField("header") else None
+        resolution = self.deps.resolve(
+            self.req.journal,
+            may_proxy=not self.req.do_not_proxy,
+            require_primary=True,
+            min_etcd_revision=min_revision,
+            proxy_header=proxy_header,
+            authorized=self.authorized,
+        )
+        res: resolver.Resolution | None
         try:
-            res, aborted = await self._race(
-                self.deps.resolve(
-                    self.req.journal,
-                    may_proxy=not self.req.do_not_proxy,
-                    require_primary=True,
-                    min_etcd_revision=max(self.req.min_etcd_revision, self.read_through_rev),
-                    proxy_header=self.req.header if self.req.HasField("header") else None,
-                    authorized=self.authorized,
-                ),
-                resolved=False,
-            )
+            if min_revision == 0 and proxy_header is None:
+                # Nothing to wait for (resolving waits only for an etcd revision the
+                # request names): await it as is, sparing every append the tasks of
+                # racing it against an abort that step() has just ruled out.
+                res, aborted = await resolution, False
+            else:
+                res, aborted = await self._race(resolution, resolved=False)
         except errors.BrokerServerError as e:
             self.err = e
             self.state = State.ERROR
@@ -424,7 +431,18 @@ class AppendFSM(ContentPhase):
         assert res is not None
         replica = self._replica()
 
-        health_err, invalidated = await self._race(self._await_index_and_store(res, replica, spec))
+        if (
+            replica.index.first_refresh_done
+            and self.deps.store_healthy(res)
+            and not res.invalidated.is_set()
+        ):
+            # The usual case: the index is loaded, the store healthy and the resolution
+            # current, so there's nothing to wait for and no tasks to race.
+            health_err, invalidated = None, False
+        else:
+            health_err, invalidated = await self._race(
+                self._await_index_and_store(res, replica, spec)
+            )
         if invalidated:
             self.state = State.RESOLVE
             return

@@ -25,29 +25,45 @@ Usage::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
 
-from gazette.gazctl.journals import content, fragments, heads, listing, specs
-from gazette.gazctl.journals.heads import reset_head
+from gazette.gazctl import lazy
+
+if TYPE_CHECKING:
+    from gazette.gazctl.journals.heads import reset_head
 
 __all__ = ["group", "reset_head"]
 
+_PKG = "gazette.gazctl.journals"
 
-@click.group("journals")
+
+# Each command's module is imported only when that command runs (see gazette.gazctl.lazy).
+@click.group(
+    "journals",
+    cls=lazy.Group,
+    commands={
+        "list": lazy.Command(f"{_PKG}.listing:list_cmd"),
+        "apply": lazy.Command(f"{_PKG}.specs:apply_cmd"),
+        "edit": lazy.Command(f"{_PKG}.specs:edit_cmd"),
+        "read": lazy.Command(f"{_PKG}.content:read_cmd"),
+        "append": lazy.Command(f"{_PKG}.content:append_cmd"),
+        "fragments": lazy.Command(f"{_PKG}.fragments:fragments_cmd"),
+        "prune": lazy.Command(f"{_PKG}.fragments:prune_cmd"),
+        "store-health": lazy.Command(f"{_PKG}.fragments:store_health_cmd"),
+        "suspend": lazy.Command(f"{_PKG}.heads:suspend_cmd"),
+        "reset-head": lazy.Command(f"{_PKG}.heads:reset_head_cmd"),
+    },
+)
 def group() -> None:
     """Interact with broker journals: list, apply, edit, read, append, fragments, ..."""
 
 
-for _command in (
-    listing.list_cmd,
-    specs.apply_cmd,
-    specs.edit_cmd,
-    content.read_cmd,
-    content.append_cmd,
-    fragments.fragments_cmd,
-    fragments.prune_cmd,
-    fragments.store_health_cmd,
-    heads.suspend_cmd,
-    heads.reset_head_cmd,
-):
-    group.add_command(_command)
+def __getattr__(name: str) -> Any:
+    # `journals.reset_head` without importing the client library with the command group.
+    if name == "reset_head":
+        from gazette.gazctl.journals import heads
+
+        return heads.reset_head
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

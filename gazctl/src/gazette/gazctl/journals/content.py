@@ -29,11 +29,12 @@ from typing import IO
 
 import click
 
-from gazette import message
 from gazette.broker import client
 from gazette.broker import protocol as pb
 from gazette.gazctl import options, output, runner
-from gazette.message import fixed_framing
+
+# gazette.message (framing, mappings) is imported where records are framed or
+# mapped: a plain `append` or `read` shouldn't pay for the message layer at start-up.
 
 __all__ = ["append_cmd", "read_cmd"]
 
@@ -333,6 +334,8 @@ async def _unpack_line(inp: _Input) -> bytes | None:
 
 
 async def _unpack_fixed(inp: _Input) -> bytes | None:
+    from gazette.message import fixed_framing
+
     header = await inp.peek(fixed_framing.HEADER_LENGTH)
     if len(header) < fixed_framing.HEADER_LENGTH:
         # Go forgives one trailing newline after the last frame.
@@ -367,6 +370,8 @@ async def _unpack_key_line_base64(inp: _Input) -> bytes | None:
 
 
 async def _unpack_key_fixed(inp: _Input) -> bytes | None:
+    from gazette.message import fixed_framing
+
     frame = await _unpack_fixed(inp)
     return None if frame is None else frame[fixed_framing.HEADER_LENGTH :]
 
@@ -387,6 +392,8 @@ def _mapping(name: str, listing: pb.ListResponse) -> _Mapping:
             return journal
 
         return direct
+
+    from gazette import message
 
     def partitions() -> pb.ListResponse:
         return listing  # Selected once, for the whole command.
