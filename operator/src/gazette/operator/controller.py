@@ -401,6 +401,17 @@ class Controller:
             if mirror is None or not mirror.loaded:
                 return
             kv = mirror.search(key)
+            written = reconcile.recorded(owner_body)
+            if (
+                kv is not None
+                and written is not None
+                and written.key == key
+                and written.mod_revision == kv.mod_revision
+            ):
+                # Untouched since the operator wrote it for this object (any write moves the
+                # mod revision): the echo of its own write, as after each reconcile. What
+                # changed in the object since is kopf's to handle.
+                return
             held = None if kv is None else kv.value
             if not reconcile.drifted(owner_body, kind, self._config.reconcile, held):
                 return
