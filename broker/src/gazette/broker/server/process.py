@@ -46,6 +46,8 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Coroutine
+from typing import Any
 
 from gazette import allocator, keyspace
 from gazette.broker import http_gateway, journals
@@ -359,11 +361,27 @@ def _nowhere_to_go(state: allocator.State) -> bool:
     return bool(state.members) and all(kv.decoded.exiting for kv in state.members)
 
 
+def run_to_exit(main: Coroutine[Any, Any, None]) -> None:
+    """``asyncio.run(main)`` for a process's entry point, then ignore SIGTERM and SIGINT.
+
+    Closing the event loop puts the default signal actions back, and the interpreter
+    still joins worker threads and gRPC's own after that. A second SIGTERM in that
+    window (Kubernetes re-signalling, a supervisor, `make down`) would kill a process
+    that has already persisted everything and is merely exiting, with status -15 instead
+    of 0: found by e2e/test_helm_processes.py, which signals each broker twice.
+    """
+    try:
+        asyncio.run(main)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+
+
 def run(cfg: config.Config) -> int:
     """Entry point of ``python -m gazette.broker``; returns the exit status."""
     setup_logging(cfg.log)
     try:
-        asyncio.run(serve(cfg))
+        run_to_exit(serve(cfg))
     except KeyboardInterrupt:
         return 130
     except keyspace.errors.EtcdAuthError as e:

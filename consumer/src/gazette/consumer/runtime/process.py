@@ -284,7 +284,7 @@ def run(argv: list[str] | None = None) -> int:
         log.error("%s", e)
         return 2
     try:
-        asyncio.run(serve(cfg, app))
+        broker_process.run_to_exit(serve(cfg, app))
     except KeyboardInterrupt:
         return 130
     except keyspace.errors.EtcdAuthError as e:
