@@ -334,12 +334,7 @@ class EtcdChannel:
         response_deserializer: Any = None,
         _registered_method: bool = False,
     ) -> Callable[..., Any]:
-        def call(request: Any, **kwargs: Any) -> _StreamCall:
-            return self._stream(
-                "unary_stream", method, request_serializer, response_deserializer, request, kwargs
-            )
-
-        return call
+        return self._streaming("unary_stream", method, request_serializer, response_deserializer)
 
     def stream_unary(
         self,
@@ -348,17 +343,7 @@ class EtcdChannel:
         response_deserializer: Any = None,
         _registered_method: bool = False,
     ) -> Callable[..., Any]:
-        def call(request_iterator: Any = None, **kwargs: Any) -> _StreamCall:
-            return self._stream(
-                "stream_unary",
-                method,
-                request_serializer,
-                response_deserializer,
-                request_iterator,
-                kwargs,
-            )
-
-        return call
+        return self._streaming("stream_unary", method, request_serializer, response_deserializer)
 
     def stream_stream(
         self,
@@ -367,15 +352,14 @@ class EtcdChannel:
         response_deserializer: Any = None,
         _registered_method: bool = False,
     ) -> Callable[..., Any]:
-        def call(request_iterator: Any = None, **kwargs: Any) -> _StreamCall:
-            return self._stream(
-                "stream_stream",
-                method,
-                request_serializer,
-                response_deserializer,
-                request_iterator,
-                kwargs,
-            )
+        return self._streaming("stream_stream", method, request_serializer, response_deserializer)
+
+    def _streaming(
+        self, kind: str, method: str, serializer: Any, deserializer: Any
+    ) -> Callable[..., Any]:
+        # Generated stubs pass the request (or request iterator) positionally.
+        def call(request: Any = None, **kwargs: Any) -> _StreamCall:
+            return self._stream(kind, method, serializer, deserializer, request, kwargs)
 
         return call
 
