@@ -86,6 +86,17 @@ images: ## Build images/*/Dockerfile as gazette-<name>:$(IMAGE_TAG) (needs docke
 helm: ## Build helm, kwok and kind from their Go modules into the tool cache (e2e/cache-root.sh; slow once).
 	@e2e/helm/build.sh "" helm kwok kind
 
+.PHONY: tools
+tools: ## Build, once, every tool the tests run (Kubernetes binaries, helm, kwok, kind, Go Gazette, the Go message/recovery-log programs, fake-gcs-server) into the tool cache outside the checkout.
+	@command -v go >/dev/null || { echo "make tools: no go on PATH; the tests that need Go tools will say so"; exit 0; }; \
+	  set -e; \
+	  e2e/apiserver/build.sh; \
+	  e2e/helm/build.sh "" helm kwok kind >/dev/null; \
+	  broker/tests/interop/go/build.sh >/dev/null; \
+	  consumer/tests/interop/go/build.sh gazette-msg >/dev/null; \
+	  consumer/tests/interop/go/build.sh gazette-rlog >/dev/null; \
+	  broker/tests/fragment/emulators/fake-gcs/build.sh >/dev/null
+
 .PHONY: apiserver
 apiserver: ## Build kube-apiserver, kubectl, kube-controller-manager, kube-scheduler and etcd 3.6 into the tool cache's k8s/<version>/bin (Go; slow once).
 	@e2e/apiserver/build.sh
@@ -112,10 +123,15 @@ unit: $(VENV)/.installed ## Fast unit tests only.
 integration: $(VENV)/.installed ## Integration tests (real etcd, S3 server, Spark).
 	$(PY) -m pytest -m "integration" -q
 
+# pytest-xdist workers of `make test`: most tests wait on servers, leases and
+# processes rather than compute, so two workers nearly halve the run on 2 cores.
+TEST_WORKERS ?= 2
+
 .PHONY: test
-test: $(VENV)/.installed ## What CI runs: lint, then unit and integration tests.
+test: $(VENV)/.installed ## What CI runs: lint, the tools (built once), then unit and integration tests (TEST_WORKERS=2 workers).
 	@$(MAKE) -s lint
-	$(PY) -m pytest -q -m "not e2e"
+	@$(MAKE) -s tools
+	$(PY) -m pytest -q -m "not e2e" -n $(TEST_WORKERS) --dist loadfile
 
 .PHONY: e2e
 e2e: $(VENV)/.installed ## End-to-end suites (kube-apiserver + kwok; kind where Docker runs).

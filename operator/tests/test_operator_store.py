@@ -92,10 +92,12 @@ async def test_each_write_keeps_its_guard(etcd: aetcd.Client, etcd_root: str) ->
             assert got is not None and got.value == b"v"
             assert got.mod_revision == results[i].revision
     # A delete guarded by a stale revision fails; by the right one, it succeeds.
-    held = await specs.get(etcd_root, "k-001")
-    assert held is not None
+    held, other = await specs.get(etcd_root, "k-001"), await specs.get(etcd_root, "k-002")
+    assert held is not None and other is not None
+    # Batching may have written k-001 and k-002 in one transaction or in two: guard each
+    # by its own revision (k-002's one behind), never by its neighbour's.
     stale, right = await asyncio.gather(
-        specs.apply(etcd_root, [keyspace.Change("k-002", None, held.mod_revision - 1)]),
+        specs.apply(etcd_root, [keyspace.Change("k-002", None, other.mod_revision - 1)]),
         specs.apply(etcd_root, [keyspace.Change("k-001", None, held.mod_revision)]),
     )
     assert (stale.succeeded, right.succeeded) == (False, True)
