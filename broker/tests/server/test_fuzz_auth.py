@@ -356,6 +356,26 @@ async def _outcome(rpc: str, aw: Awaitable[Any], *, may_wait: bool = False) -> A
         return None
 
 
+async def _raw_unary(
+    channel: grpc.aio.Channel,
+    rpc: str,
+    wire: bytes,
+    response: Any,
+    *,
+    may_wait: bool = False,
+) -> None:
+    """Call unary ``rpc`` of protocol.Journal with the serialized request ``wire`` as it is
+    (possibly invalid on the wire), and count the reply's status."""
+    method = channel.unary_unary(
+        f"/protocol.Journal/{rpc}",
+        request_serializer=lambda b: b,
+        response_deserializer=response.FromString,
+    )
+    resp = await _outcome(rpc, method(wire, metadata=ALL, timeout=RPC_DEADLINE), may_wait=may_wait)
+    if resp is not None:
+        _count(rpc, resp.status)
+
+
 def _with_bad_utf8(message: bytes, field: int, raw: bytes) -> bytes:
     """``message`` with string field ``field`` (a later value wins) set to raw bytes."""
     assert len(raw) < 128
@@ -730,21 +750,15 @@ def test_fuzz_list_fragments(
     if bad_utf8 is not None:
         wire = _with_bad_utf8(wire, 2, bad_utf8)
 
-    async def call() -> None:
-        method = brokers.channels[1].unary_unary(
-            "/protocol.Journal/ListFragments",
-            request_serializer=lambda b: b,
-            response_deserializer=pb.FragmentsResponse.FromString,
-        )
-        resp = await _outcome(
+    brokers.run(
+        _raw_unary(
+            brokers.channels[1],
             "ListFragments",
-            method(wire, metadata=ALL, timeout=RPC_DEADLINE),
+            wire,
+            pb.FragmentsResponse,
             may_wait=_waits_for_revision(header),
         )
-        if resp is not None:
-            _count("ListFragments", resp.status)
-
-    brokers.run(call())
+    )
 
 
 @_fuzz
@@ -767,19 +781,9 @@ def test_fuzz_fragment_store_health(
     if bad_utf8 is not None:
         wire = _with_bad_utf8(wire, 1, bad_utf8)
 
-    async def call() -> None:
-        method = brokers.channels[0].unary_unary(
-            "/protocol.Journal/FragmentStoreHealth",
-            request_serializer=lambda b: b,
-            response_deserializer=pb.FragmentStoreHealthResponse.FromString,
-        )
-        resp = await _outcome(
-            "FragmentStoreHealth", method(wire, metadata=ALL, timeout=RPC_DEADLINE)
-        )
-        if resp is not None:
-            _count("FragmentStoreHealth", resp.status)
-
-    brokers.run(call())
+    brokers.run(
+        _raw_unary(brokers.channels[0], "FragmentStoreHealth", wire, pb.FragmentStoreHealthResponse)
+    )
 
 
 def test_the_brokers_are_healthy_after_the_fuzzing(brokers: Brokers) -> None:
