@@ -151,3 +151,23 @@ def test_server_restarts_with_its_data(tmp_path: pathlib.Path) -> None:
         server.start()
         with psycopg.connect(dsn) as conn:
             assert conn.execute("SELECT x FROM t").fetchall() == [(42,)]
+
+
+def test_a_picked_port_taken_before_postgres_binds_it_is_swapped(
+    tmp_path: pathlib.Path,
+) -> None:
+    import socket
+
+    squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    try:
+        server = testing.PostgresServer(tmp_path / "server")
+        taken = squatter.getsockname()[1]
+        server.port = taken  # As if another process took the port we picked.
+        with server:
+            assert server.port != taken
+            with psycopg.connect(server.dsn, connect_timeout=5) as conn:
+                assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        squatter.close()

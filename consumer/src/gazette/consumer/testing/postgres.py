@@ -56,6 +56,10 @@ class PostgresServer:
         self._own_dir = work_dir is None
         self.work_dir = pathlib.Path(work_dir or tempfile.mkdtemp(prefix="gazette-pg-")).absolute()
         self.port = port or ks_testing.free_port()
+        # A port we picked may be taken before postgres binds it (another test process's
+        # server or an outgoing connection's ephemeral port: seen under pytest-xdist).
+        # Until the first start succeeds, such a port is swapped for another.
+        self._port_movable = not port
         self.fsync = fsync
         self.data_dir = self.work_dir / "data"
         # Unix socket paths are short (107 bytes): the socket lives in a short temporary dir.
@@ -113,6 +117,19 @@ class PostgresServer:
                 )
 
     def start(self, timeout: float = 60.0) -> None:
+        for _ in range(4):
+            try:
+                self._start(timeout)
+            except PostgresStartError:
+                if not (self._port_movable and "Address already in use" in self.log_tail(5)):
+                    raise
+                self.port = ks_testing.free_port()
+                continue
+            self._port_movable = False
+            return
+        self._start(timeout)
+
+    def _start(self, timeout: float) -> None:
         self._prepare()
         argv = self._argv(
             *ks_testing.die_with_parent_argv("KILL"),
