@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import itertools
 import random
 import re
@@ -40,6 +41,10 @@ BLOCK = re.compile(rb"<w(\d+)\.s(\d+)\.0><w\1\.s\2\.1><w\1\.s\2\.2>\n")
 
 def _stub(ch: grpc.aio.Channel) -> pb2_grpc.JournalAsyncStub:
     return pb2_grpc.JournalStub(ch)  # type: ignore[return-value]
+
+
+def _stored_ends(cluster: testing.BrokerCluster, name: str) -> set[int]:
+    return {int(p.name.split("-")[1], 16) for p in (cluster.file_root / name).glob("*.raw")}
 
 
 @dataclasses.dataclass
@@ -230,7 +235,8 @@ async def test_proposal_mismatch_reported_to_a_replicate_client(
 ) -> None:
     # A replica's spool is held by its primary's Replicate stream. Kill the primary:
     # until its lease expires the route still names it, and a client speaking
-    # Replicate with that route gets the replica's spool, and its verdict.
+    # Replicate with that route gets the replica's spool, and its verdict. (The
+    # broken stream rolled that spool to an empty fragment at 10, storing [0, 10).)
     with cluster_factory(etcd_server, tmp_path, brokers=3) as cluster:
         name = "faults/mismatch"
         spec = testing.journal_spec(name, replication=2, stores=[cluster.store_url])
@@ -245,6 +251,10 @@ async def test_proposal_mismatch_reported_to_a_replicate_client(
         primary = route.members[route.primary]
         replica = route.members[1 - route.primary]
         cluster.kill(next(i for i, b in enumerate(cluster.brokers) if b.id == primary))
+        deadline = time.monotonic() + 30
+        while 10 not in _stored_ends(cluster, name):
+            assert time.monotonic() < deadline, _stored_ends(cluster, name)
+            await asyncio.sleep(0.1)
 
         req = pb.ReplicateRequest(
             header=header,
@@ -264,4 +274,109 @@ async def test_proposal_mismatch_reported_to_a_replicate_client(
         # which Go's own ReplicateResponse validator would refuse (broker.md §1.5).
         assert resp.status == pb.PROPOSAL_MISMATCH, resp
         assert resp.header.process_id == replica
-        assert (resp.fragment.begin, resp.fragment.end) == (0, 10)
+        assert (resp.fragment.begin, resp.fragment.end) == (10, 10)
+
+
+@pytest.mark.timeout(300)
+async def test_a_roll_of_a_pipeline_synchronisation_is_stored_at_once(
+    etcd_server: ks_testing.EtcdServer, tmp_path: Any, cluster_factory: Any
+) -> None:
+    # A pipeline's synchronisation may roll a replica past a block that only some
+    # members committed (never acknowledged). If that replica's copy waited out the
+    # persister's replica delay and the replica died meanwhile, the block would be
+    # gone and the journal would have a hole. So a roll before the Replicate
+    # stream's first content is stored at once; a roll amid appends still waits.
+    # The test speaks Replicate itself, as a primary would, after killing the real one
+    # (whose route stays valid until its lease expires).
+    with cluster_factory(
+        etcd_server,
+        tmp_path,
+        brokers=2,
+        lease="60s",
+        extra_args=("--broker.replica-persist-delay", "120s"),
+    ) as cluster:
+        name = "faults/sync-roll"
+        spec = testing.journal_spec(name, replication=2, stores=[cluster.store_url])
+        async with cluster.channel(0) as ch:
+            stub = _stub(ch)
+            assert (await testing.apply_specs(stub, spec)).status == pb.OK
+            await testing.wait_writable(stub, name)
+            assert (await testing.append(stub, name, [b"0123456789"])).status == pb.OK
+            _, meta = await testing.read(stub, name, -1)
+        header = meta[0].header
+        route = header.route
+        primary, replica = route.members[route.primary], route.members[1 - route.primary]
+        cluster.kill(next(i for i, b in enumerate(cluster.brokers) if b.id == primary))
+        # The replica's stream broke with its primary: it stores [0, 10) at once (grpc.aio
+        # reads a dropped connection as EOF before it cancels the stream; that was
+        # once taken for the primary's clean close, leaving the copy in the spool).
+        deadline = time.monotonic() + 30
+        while 10 not in _stored_ends(cluster, name):
+            assert time.monotonic() < deadline, _stored_ends(cluster, name)
+            await asyncio.sleep(0.1)
+
+        header.process_id.CopyFrom(replica)
+        registers = pb.LabelSet()
+
+        def frag(begin: int, end: int, data: bytes = b"") -> pb.Fragment:
+            f = pb.Fragment(journal=name, begin=begin, end=end, compression_codec=pb.NONE)
+            if data:
+                f.sum.CopyFrom(pb.sha1sum_from_digest(hashlib.sha1(data).digest()))
+            return f
+
+        async def ok(call: Any, req: pb.ReplicateRequest) -> None:
+            await call.write(req)
+            resp = await call.read()
+            assert resp.status == pb.OK, resp
+
+        async with cluster.channel(
+            next(i for i, b in enumerate(cluster.brokers) if b.id == replica)
+        ) as ch:
+            # Stream one leaves [10, 13) committed in the replica's spool and ends cleanly.
+            call = _stub(ch).Replicate(timeout=60)
+            await ok(
+                call,
+                pb.ReplicateRequest(
+                    header=header, proposal=frag(10, 10), registers=registers, acknowledge=True
+                ),
+            )
+            await call.write(pb.ReplicateRequest(content=b"abc", content_delta=0))
+            await ok(
+                call,
+                pb.ReplicateRequest(
+                    proposal=frag(10, 13, b"abc"), registers=registers, acknowledge=True
+                ),
+            )
+            await call.done_writing()
+            assert await call.read() is grpc.aio.EOF
+            await asyncio.sleep(1.0)
+            assert 13 not in _stored_ends(cluster, name)  # Held, as a replica's copy.
+
+            # Stream two's synchronisation rolls it: stored at once, not in 120 s.
+            call = _stub(ch).Replicate(timeout=60)
+            await ok(
+                call,
+                pb.ReplicateRequest(
+                    header=header, proposal=frag(13, 13), registers=registers, acknowledge=True
+                ),
+            )
+            deadline = time.monotonic() + 30
+            while 13 not in _stored_ends(cluster, name):
+                assert time.monotonic() < deadline, _stored_ends(cluster, name)
+                await asyncio.sleep(0.1)
+
+            # A roll amid the stream's appends waits out the replica delay.
+            await call.write(pb.ReplicateRequest(content=b"de", content_delta=0))
+            await ok(
+                call,
+                pb.ReplicateRequest(
+                    proposal=frag(13, 15, b"de"), registers=registers, acknowledge=True
+                ),
+            )
+            await ok(
+                call,
+                pb.ReplicateRequest(proposal=frag(15, 15), registers=registers, acknowledge=True),
+            )
+            await asyncio.sleep(2.0)
+            assert 15 not in _stored_ends(cluster, name)
+            call.cancel()

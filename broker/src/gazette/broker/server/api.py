@@ -46,6 +46,10 @@ from gazette.broker.server import (
 
 log = logging.getLogger(__name__)
 
+# How long a Replicate stream that read EOF waits to learn whether its RPC was
+# cancelled instead (see _replicate).
+_EOF_GRACE = 0.05
+
 T = TypeVar("T")
 
 MAX_JOURNALS_PER_LIST_RESPONSE = 25
@@ -368,10 +372,16 @@ class JournalServicer(pb2_grpc.JournalServicer):
         rep = res.replica
         assert rep is not None
         broken = True  # Until the primary's EOF: see Replica.return_spool.
+        # Until the first content, proposals are the pipeline's synchronisation, whose
+        # rolls are stored at once (see Replica.storing_at_once); rolls amid appends
+        # wait out the persister's replica delay, as the primary normally stores first.
+        synchronising = True
         try:
             header: pb.Header | None = res.header
             while True:
-                resp = await sp.apply(req, primary=False)
+                synchronising = synchronising and req.HasField("proposal")
+                with rep.storing_at_once() if synchronising else contextlib.nullcontext():
+                    resp = await sp.apply(req, primary=False)
                 if req.acknowledge:
                     if header is not None:
                         resp.header.CopyFrom(header)  # Only the first response carries it.
@@ -381,6 +391,11 @@ class JournalServicer(pb2_grpc.JournalServicer):
                     raise errors.PipelineError(f"no ack requested but status != OK: {resp}")
                 nxt = await context.read()
                 if nxt is grpc.aio.EOF:
+                    # grpc.aio reads a dropped connection (the primary was killed) as
+                    # a clean EOF too, and cancels this handler just after (0.1 ms here):
+                    # a short wait tells the two apart, so that a broken stream stores
+                    # its copy at once (test_a_roll_of_a_pipeline_synchronisation_is_stored_at_once).
+                    await asyncio.sleep(_EOF_GRACE)
                     broken = False
                     return
                 assert isinstance(nxt, pb.ReplicateRequest)

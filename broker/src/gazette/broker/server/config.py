@@ -99,6 +99,9 @@ class BrokerConfig:
     watch_delay_s: float = 0.030
     auto_suspend: bool = False
     drain_timeout_s: float = 60.0
+    #: ``--broker.replica-persist-delay`` (ours): how long a replica's copy of a
+    #: completed fragment waits before the replica stores it too (see the persister).
+    replica_persist_delay_s: float = 2.0
     http_body_timeout_s: float = 30.0
     #: ``--broker.auth-keys``: base64 HMAC keys, the first signs (see
     #: ``gazette.broker.protocol.auth``); empty: no authorization. Kept out of reprs.
@@ -443,6 +446,16 @@ _FLAGS: tuple[Flag, ...] = (
         60.0,
         "On SIGTERM, how long to wait for the journals to move to other brokers "
         "before stopping anyway; every spool is persisted either way (Go duration)",
+    ),
+    (
+        "--broker.replica-persist-delay",
+        "BROKER_REPLICA_PERSIST_DELAY",
+        "broker.replica_persist_delay_s",
+        duration_s,
+        2.0,
+        "How long a replica waits before storing its copy of a completed fragment, which the "
+        "primary stores at once; longer saves duplicate uploads but widens the window in which "
+        "losing the primary and then this replica loses the fragment (Go duration)",
     ),
     *ETCD_CONNECTION_FLAGS,
     (

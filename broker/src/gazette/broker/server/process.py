@@ -231,7 +231,11 @@ async def serve(
                 reload_task = tg.create_task(reloader.run(), name="auth key reload")
 
             svc: service.Service
-            pers = persister.Persister(registry, lambda j: svc.lookup_spec(j))
+            pers = persister.Persister(
+                registry,
+                lambda j: svc.lookup_spec(j),
+                config=persister.PersisterConfig(replica_delay=bcfg.replica_persist_delay_s),
+            )
             session.lease.on_doubt = lambda: svc.persist_all_now()
             svc = service.Service(
                 client,

@@ -40,7 +40,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from gazette import allocator, task
@@ -108,7 +108,8 @@ class Replica:
         self._clock = clock
         self._stopping = asyncio.Event()
         self._flush = asyncio.Event()
-        self._flushing = False
+        # >0 while spools completed now are stored at once (see storing_at_once).
+        self._store_at_once = 0
         self._refresh_now = asyncio.Event()
         # Monotonic time at which the newest applied store listing was started.
         self.listed_at = -1.0
@@ -124,9 +125,24 @@ class Replica:
         self.index.spool_commit(fragment)
 
     def spool_complete(self, sp: spool.Spool, primary: bool) -> None:
-        # A flush's roll is stored at once, as a primary's: it happens because the
-        # other holders of this content may be failing.
-        self.host.spool_complete(sp, primary or self._flushing)
+        self.host.spool_complete(sp, primary or self._store_at_once > 0)
+
+    @contextlib.contextmanager
+    def storing_at_once(self) -> Iterator[None]:
+        """Within, a replica's completed spool is stored at once, as a primary's is.
+
+        For rolls that happen because other holders of the content may be
+        failing: a flush, and a pipeline's synchronisation. The latter may roll
+        this replica past a block that only some members committed (an append
+        that was never acknowledged); if this replica is one of them and dies
+        within the persister's replica delay, the block is gone and the journal
+        has a hole that stalls every reader (test_broker_faults' SIGKILL runs).
+        """
+        self._store_at_once += 1
+        try:
+            yield
+        finally:
+            self._store_at_once -= 1
 
     # -- Signals ------------------------------------------------------------------------
 
@@ -280,12 +296,11 @@ class Replica:
                     log.info(
                         "persisting [%d, %d) of %s now", sp.spec.begin, sp.spec.end, self.journal
                     )
-                    self._flushing = True
-                    await sp.must_apply(
-                        pb.ReplicateRequest(proposal=_empty_at_end(sp), registers=sp.registers)
-                    )
+                    with self.storing_at_once():
+                        await sp.must_apply(
+                            pb.ReplicateRequest(proposal=_empty_at_end(sp), registers=sp.registers)
+                        )
             finally:
-                self._flushing = False
                 self.spool_slot.put_nowait(sp)
 
     async def _pulse_daemon(self) -> None:
