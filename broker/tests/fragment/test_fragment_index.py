@@ -187,3 +187,44 @@ async def test_replace_remote_drops_durable_locals() -> None:
     ix.replace_remote(cover_set.CoverSet([remote(200, 400, 2)]))
     assert [(f.begin, f.end) for f in ix.fragments] == [(200, 400)]
     await ix.wait_first_refresh()
+
+
+async def test_a_hole_below_the_head_asks_for_a_listing_and_a_read_waits_for_it() -> None:
+    # A broker new to the journal's replicas: its spool starts at the head, and what
+    # came before is in the store, which it has not listed since.
+    asked: list[int] = []
+    ix = index.Index(signer=signer, clock=lambda: NOW, on_hole=lambda o: asked.append(o) or True)
+    ix.replace_remote(cover_set.CoverSet())
+    ix.spool_commit(local(100, 150))
+
+    task = asyncio.create_task(ix.query(read(0)))  # Not blocking: it waits for the listing.
+    await asyncio.sleep(0.05)
+    assert asked == [0] and not task.done()
+    ix.replace_remote(cover_set.CoverSet([remote(0, 100, int(NOW))]))
+    resp, _ = await asyncio.wait_for(task, 5)
+    assert (resp.status, resp.offset, resp.fragment.end) == (pb.OK, 0, 100)
+
+    # A read at the head (no fragment past it) asks for nothing.
+    resp, _ = await ix.query(read(150))
+    assert resp.status == pb.OFFSET_NOT_YET_AVAILABLE and asked == [0]
+
+
+async def test_a_hole_read_answers_when_no_listing_comes() -> None:
+    waits: list[int] = []
+    ix = index.Index(
+        signer=signer,
+        clock=lambda: NOW,
+        on_hole=lambda o: waits.append(o) or True,
+        hole_listing_wait=0.2,
+    )
+    ix.spool_commit(local(100, 150))
+    started = asyncio.get_running_loop().time()
+    resp, _ = await ix.query(read(10))
+    assert resp.status == pb.OFFSET_NOT_YET_AVAILABLE and waits == [10, 10]
+    assert asyncio.get_running_loop().time() - started >= 0.2
+
+    # An owner that asked for no listing (backing off) gets its answer at once.
+    ix = index.Index(signer=signer, clock=lambda: NOW, on_hole=lambda o: False)
+    ix.spool_commit(local(100, 150))
+    resp, _ = await asyncio.wait_for(ix.query(read(10)), 0.5)
+    assert resp.status == pb.OFFSET_NOT_YET_AVAILABLE

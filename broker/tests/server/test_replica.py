@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 from gazette.broker import protocol as pb
@@ -149,3 +150,22 @@ async def test_a_closed_head_gap_is_forgotten() -> None:
     assert not rep.head_recovery_ready(0, 500)
     rep.head_gap_closed()  # A peer's sync rolled the spools to the index end.
     assert rep.head_recovery_due() is None
+
+
+async def test_reads_of_a_hole_ask_for_listings_with_back_off() -> None:
+    clock = Clock()
+    host = FakeHost()
+    host.spec.fragment.refresh_interval.seconds = 4
+    rep = replica.Replica(JOURNAL, host, primary=False, create_revision=1, clock=clock)
+    asked_at = []
+    for _ in range(40):  # 10 s of reads of one hole, every 0.25 s.
+        if rep._on_hole(0):
+            assert rep._refresh_now.is_set()  # The refresh daemon lists at once.
+            rep._refresh_now.clear()
+            asked_at.append(clock.now)
+        clock.now += 0.25
+    # 0.5 s, then doubling up to the refresh interval (4 s).
+    assert [b - a for a, b in itertools.pairwise(asked_at)] == [0.5, 1.0, 2.0, 4.0]
+    # Another hole starts over.
+    assert rep._on_hole(7)
+    assert not rep._on_hole(7)

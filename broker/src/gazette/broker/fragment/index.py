@@ -16,6 +16,7 @@ condition channel.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +31,9 @@ log = logging.getLogger(__name__)
 OFFSET_JUMP_AGE_THRESHOLD = 6 * 3600.0
 # Lifetime of the URL signed into a read's metadata response.
 READ_URL_TTL = 60.0
+# How long a non-blocking read of a hole below the write head waits for the store
+# listing it asked for before it answers OFFSET_NOT_YET_AVAILABLE.
+HOLE_LISTING_WAIT = 2.0
 
 Signer = Callable[[pb.Fragment, float], str]
 """Signs a GET of a persisted fragment for ``ttl`` seconds (see ``stores.StoreRegistry``)."""
@@ -40,14 +44,31 @@ class Index:
 
     ``signer`` signs URLs of persisted fragments into read responses (None:
     no URL). ``clock`` returns Unix seconds; tests inject it to age fragments.
+    ``on_hole`` is called with the offset when a query finds no fragment there
+    although the index reaches past it: content this broker never held (it
+    joined the journal's replicas later, or missed a roll) that other brokers
+    may have persisted since the last listing, so the owner may list the stores
+    now rather than at the next refresh interval; it returns whether it asked
+    for a listing. A non-blocking query then waits once, up to
+    ``hole_listing_wait`` seconds, for that listing before it answers.
     """
 
-    def __init__(self, *, signer: Signer | None = None, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        *,
+        signer: Signer | None = None,
+        clock: Callable[[], float] = time.time,
+        on_hole: Callable[[int], bool] | None = None,
+        hole_listing_wait: float = HOLE_LISTING_WAIT,
+    ):
         self._set = cover_set.CoverSet()
         self._local = cover_set.CoverSet()
         self._signer = signer
         self._clock = clock
+        self._on_hole = on_hole
+        self._hole_listing_wait = hole_listing_wait
         self._changed = asyncio.Event()
+        self._listed = asyncio.Event()  # Replaced after each applied listing.
         self._first_refresh = asyncio.Event()
         self._closed = False
 
@@ -62,6 +83,7 @@ class Index:
         meanwhile (task cancellation propagates as usual).
         """
         offset = req.offset if req.offset != -1 else self._set.end_offset()
+        waited_for_listing = False
         while True:
             s = self._set
             ind, found = s.longest_overlapping(offset)
@@ -90,6 +112,14 @@ class Index:
                 if frag.spec.backing_store and frag.mod_time != 0 and self._signer is not None:
                     resp.fragment_url = self._signer(frag.spec, READ_URL_TTL)
                 return resp, frag.file
+
+            listing = ind != len(s) and self._on_hole is not None and self._on_hole(offset)
+            if listing and not req.block and not waited_for_listing:
+                waited_for_listing = True
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._hole_listing_wait):
+                        await self._listed.wait()
+                continue
 
             if not req.block:
                 resp = pb.ReadResponse(
@@ -150,11 +180,14 @@ class Index:
         self._set = remote
         self._wake()
         self._first_refresh.set()
+        listed, self._listed = self._listed, asyncio.Event()
+        listed.set()
 
     def close(self) -> None:
         """Fail blocked and future blocking queries with IndexClosedError."""
         self._closed = True
         self._wake()
+        self._listed.set()
 
     def _wake(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()

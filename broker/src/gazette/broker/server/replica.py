@@ -56,6 +56,8 @@ AUTO_SUSPEND_STABLE_TICKS = 15
 SHUTDOWN_PIPELINE_TIMEOUT = 10.0
 # How long a head gap must have been seen before the journal resumes past it.
 DEFAULT_RECOVERY_DELAY = 20.0
+# The first back-off between store listings asked for by reads of one hole.
+HOLE_LISTING_BACKOFF = 0.5
 
 
 class ReplicaHost(Protocol):
@@ -92,7 +94,7 @@ class Replica:
         self.primary = primary
         self.create_revision = create_revision
         self.pulse_interval = pulse_interval
-        self.index = index.Index(signer=host.registry.sign_get_url)
+        self.index = index.Index(signer=host.registry.sign_get_url, on_hole=self._on_hole)
         self.spool_slot: asyncio.Queue[spool.Spool] = asyncio.Queue(1)
         self.spool_slot.put_nowait(
             spool.Spool(journal, self, config=spool_config or spool.SpoolConfig())
@@ -115,6 +117,9 @@ class Replica:
         self.listed_at = -1.0
         # A head gap seen by the primary: ((spool end, index end), first seen at).
         self._head_gap: tuple[tuple[int, int], float] | None = None
+        # Listings asked for by reads of a hole below the write head: the hole's
+        # offset, the back-off before the next such listing, and when it may start.
+        self._hole: tuple[int, float, float] | None = None
 
     def __repr__(self) -> str:
         return f"Replica({self.journal}, primary={self.primary})"
@@ -185,6 +190,31 @@ class Replica:
         self.spool_slot.put_nowait(sp)
         if broken:
             self.request_flush()
+
+    def _on_hole(self, offset: int) -> bool:
+        """A read found no fragment at ``offset``, below the write head: list the stores.
+
+        A broker that joined the journal's replicas holds only what was appended
+        since; what came before was persisted by the earlier members, but this
+        index learns of it only from a listing (after ``refresh_interval``, five
+        minutes by default). Gazette waits for that. Here a read of the hole asks
+        for a listing now, and again with back-off (0.5 s, doubling up to the
+        refresh interval) while the same hole stays, as its fragment may still be
+        on its way to the store.
+        """
+        now = self._clock()
+        if self._hole is not None and self._hole[0] == offset:
+            _, backoff, not_before = self._hole
+            if now < not_before:
+                return False
+            spec = self.host.lookup_spec(self.journal)
+            ceiling = pb.duration_seconds(spec.fragment.refresh_interval) if spec else 300.0
+            backoff = min(backoff * 2, max(ceiling, HOLE_LISTING_BACKOFF))
+        else:
+            backoff = HOLE_LISTING_BACKOFF
+        self._hole = (offset, backoff, now + backoff)
+        self.refresh_now()
+        return True
 
     def head_recovery_ready(self, spool_end: int, index_end: int) -> bool:
         """Whether the primary may resume the journal at ``index_end`` > ``spool_end``.
