@@ -145,3 +145,20 @@ async def test_a_broker_that_ignores_the_delete_probe_is_told_apart(
     await client.fragment_store_health(jc, "file:///")
     with pytest.raises(errors.DeleteProbeNotRun, match="delete permission is untested"):
         await client.fragment_store_health(jc, "file:///", check_delete_prefix="probe/")
+
+
+async def test_head_gap_raises_unless_asked_to_wait(
+    fake: FakeBroker,
+    jc: client.JournalClient,
+    clock: InstantClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake.append_outcomes = [pb.INDEX_HAS_GREATER_OFFSET]
+    with pytest.raises(errors.IndexHasGreaterOffset):
+        await client.append(jc, "a/journal", b"data")
+    assert clock.sleeps == []
+
+    fake.append_outcomes = [pb.INDEX_HAS_GREATER_OFFSET, pb.INDEX_HAS_GREATER_OFFSET]
+    resp = await client.append(jc, "a/journal", b"data", through_head_gaps=True)
+    assert resp.commit.end == 4 and len(clock.sleeps) == 2
+    assert sum("INDEX_HAS_GREATER_OFFSET" in r.getMessage() for r in caplog.records) == 2

@@ -135,3 +135,20 @@ async def test_requires_running_service(jc: client.JournalClient) -> None:
     svc = client.AppendService(jc)
     with pytest.raises(RuntimeError, match="not running"):
         svc.append("a/journal", b"x")
+
+
+async def test_a_head_gap_is_waited_out(
+    fake: FakeBroker,
+    jc: client.JournalClient,
+    clock: InstantClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Our brokers resume a journal past a head gap by themselves (a member lease + 2 s
+    # later): the service retries, warning each time, rather than failing the journal.
+    fake.append_outcomes = [pb.INDEX_HAS_GREATER_OFFSET] * 3
+    async with client.AppendService(jc) as svc:
+        resp = await svc.append("a/journal", b"record\n")
+    assert resp.commit.end == 7 and svc.journal_error("a/journal") is None
+    assert len(clock.sleeps) == 3
+    warnings = [r for r in caplog.records if "INDEX_HAS_GREATER_OFFSET" in r.getMessage()]
+    assert len(warnings) == 3

@@ -223,6 +223,8 @@ async def append(
     client: journal_client.JournalClient,
     request: pb.AppendRequest | str,
     content: Content,
+    *,
+    through_head_gaps: bool = False,
 ) -> pb.AppendResponse:
     """Append ``content`` to a journal as one atomic write, retrying as Gazette does.
 
@@ -230,6 +232,10 @@ async def append(
     Raises a :class:`~gazette.broker.client.errors.StatusError` for a final
     non-OK status, and :class:`~gazette.broker.client.errors.TransportError`
     for RPC failures other than ``UNAVAILABLE`` (which is retried).
+    ``through_head_gaps`` retries ``INDEX_HAS_GREATER_OFFSET`` too, with a
+    warning each time: our brokers resume such a journal by themselves (see
+    :class:`~gazette.broker.client.errors.IndexHasGreaterOffset`), and a caller
+    that can only fail otherwise, such as a consumer shard's recovery, waits.
     """
     if isinstance(request, str):
         request = pb.AppendRequest(journal=request)
@@ -244,10 +250,11 @@ async def append(
                 return await appender.close()
             except errors.ClientError as err:
                 appender.abort()
-                if not errors.is_transient(err):
+                gap = through_head_gaps and isinstance(err, errors.IndexHasGreaterOffset)
+                if not (gap or errors.is_transient(err)):
                     raise
                 # Routing statuses are expected while a journal's assignment settles.
-                if not (attempt == 0 and isinstance(err, errors.StatusError)):
+                if gap or not (attempt == 0 and isinstance(err, errors.StatusError)):
                     log.warning(
                         "append to %s failed (attempt %d, will retry): %s",
                         request.journal,

@@ -105,7 +105,9 @@ class Player:
         heads: dict[str, int] = {}
         for log_name in (journal, *(seg.log or journal for seg in self.fsm.hinted_segments)):
             if log_name not in heads:
-                heads[log_name] = int((await client.append(self.jc, log_name, b"")).commit.end)
+                heads[log_name] = int(
+                    (await client.append(self.jc, log_name, b"", through_head_gaps=True)).commit.end
+                )
         if end_offset is not None:
             heads[journal] = min(heads[journal], end_offset)
         for seg in self.fsm.hinted_segments:
@@ -159,7 +161,7 @@ class Player:
             frame, _ = encode_op(op)
             request = pb.AppendRequest(journal=journal)
             request.union_registers.labels.add(name="author", value=format_author(handoff_author))
-            resp = await client.append(self.jc, request, frame)
+            resp = await client.append(self.jc, request, frame, through_head_gaps=True)
             await self._read(journal, self._offset + len(self._buf), int(resp.commit.end))
             if self._last_applied == (handoff_author, op.seq_no):
                 break  # Our no-op applied: nobody wrote in between, the log is ours.

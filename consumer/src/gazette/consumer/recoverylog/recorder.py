@@ -73,7 +73,7 @@ class Recorder:
     async def start(self) -> None:
         """Learn the log's write head; when recording into a log other than the one
         recovered from, take it over by setting its ``author`` register."""
-        head = await client.append(self.appends.client, self.log, b"")
+        head = await client.append(self.appends.client, self.log, b"", through_head_gaps=True)
         self._write_head = int(head.commit.end)
         if self.log != self.fsm.last_log:
             request = pb.AppendRequest(journal=self.log)
