@@ -67,3 +67,41 @@ def test_failed_start_shows_etcd_output_and_leaves_no_process(tmp_path: pathlib.
 def test_etcd_fixture_gives_an_empty_keyspace(etcd_server: testing.EtcdServer) -> None:
     assert etcd_server.pid is not None and alive(etcd_server.pid)
     assert os.path.isdir(etcd_server.work_dir)
+
+
+def _ephemeral_low() -> int:
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        return int(f.read().split()[0])
+
+
+def test_test_ports_come_from_below_the_ephemeral_range() -> None:
+    # Outgoing connections take their source ports from the ephemeral range, so a
+    # port chosen there may be gone before its server binds it.
+    low = _ephemeral_low()
+    if low - 10000 < 2000:
+        pytest.fail(f"this test needs room below the ephemeral range (it starts at {low})")
+    ports = testing.free_ports(20)
+    assert len(set(ports)) == 20 and all(10000 <= p < low for p in ports), ports
+    pairs = testing.free_port_pairs(5)
+    assert all(p >= 10000 and p + 1 < low for p in pairs), pairs
+    for p in (*ports, *pairs, *(p + 1 for p in pairs)):
+        assert testing.port_is_free(p)
+
+
+def test_ports_of_a_busy_range_are_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        # A range of one port, which is taken: the kernel picks instead.
+        monkeypatch.setattr(testing, "_test_port_range", lambda: range(busy, busy + 1))
+        assert testing.free_ports(3) != [busy] * 3 and busy not in testing.free_ports(3)
+
+
+def test_without_room_below_the_ephemeral_range_the_kernel_picks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(testing, "_LOWEST_TEST_PORT", _ephemeral_low() - 100)
+    assert testing._test_port_range() is None
+    (port,) = testing.free_ports(1)
+    assert port >= _ephemeral_low()  # Bound to port 0: the kernel chose it.

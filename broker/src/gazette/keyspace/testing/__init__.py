@@ -38,6 +38,7 @@ import contextlib
 import dataclasses
 import os
 import pathlib
+import random
 import shutil
 import socket
 import ssl
@@ -107,21 +108,62 @@ def free_port(host: str = "127.0.0.1") -> int:
     return free_ports(1, host)[0]
 
 
+# Test servers' ports are drawn from here, below the kernel's ephemeral range.
+_LOWEST_TEST_PORT = 10000
+
+
+def _test_port_range() -> range | None:
+    """Ports to draw test servers' ports from: below the kernel's ephemeral range.
+
+    A port the kernel picked for a bind to port 0 comes from the same range as
+    the source ports of outgoing connections, so between its choice and its
+    server's bind any connection may take it (broker-02 of the chaos suite's
+    SIGSTOP run failed to start on EADDRINUSE), and a readiness probe can even
+    connect to itself. None (let the kernel pick) where that range leaves no room.
+    """
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    if ephemeral_low - _LOWEST_TEST_PORT < 2000:
+        return None
+    return range(_LOWEST_TEST_PORT, ephemeral_low - 1)  # p + 1 stays below it too.
+
+
+def _bind_some_port(sock: socket.socket, host: str, ports: range | None) -> int:
+    """Bind ``sock`` to a free port of ``ports`` (else any the kernel picks); return it."""
+    if ports is not None:
+        for _ in range(200):
+            port = random.choice(ports)
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    sock.bind((host, 0))
+    return int(sock.getsockname()[1])
+
+
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """``count`` distinct TCP ports of ``host`` that nothing listens on right now.
 
-    Every socket stays bound until all are chosen. Picking them one at a time let
-    the kernel hand out a port twice before any broker bound it; a broker's gRPC
-    server then answered another broker's /debug/ready probe with HTTP/2 (seen as
-    BadStatusLine in the SIGKILL fault test's cluster start).
+    Drawn at random from below the kernel's ephemeral range where there is
+    room (see :func:`_test_port_range`). Every socket stays bound until all are
+    chosen: picking them one at a time let the same port come back twice before
+    any broker bound it; a broker's gRPC server then answered another broker's
+    /debug/ready probe with HTTP/2 (seen as BadStatusLine in the SIGKILL fault
+    test's cluster start).
     """
+    ports = _test_port_range()
     socks: list[socket.socket] = []
     try:
+        out = []
         for _ in range(count):
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             socks.append(sock)
-            sock.bind((host, 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
+            out.append(_bind_some_port(sock, host, ports))
+        return out
     finally:
         for sock in socks:
             sock.close()
@@ -132,8 +174,9 @@ def free_port_pairs(count: int, host: str = "127.0.0.1") -> list[int]:
 
     A broker's HTTP port sits at the same distance from its gRPC port on every
     broker of a cluster, so a Location header can name a peer's HTTP port.
-    Every socket stays bound until all are chosen (see :func:`free_ports`).
+    Drawn and held as :func:`free_ports` does.
     """
+    ports = _test_port_range()
     socks: list[socket.socket] = []
     out: list[int] = []
     try:
@@ -142,8 +185,7 @@ def free_port_pairs(count: int, host: str = "127.0.0.1") -> list[int]:
                 break
             first = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             socks.append(first)
-            first.bind((host, 0))
-            port = int(first.getsockname()[1])
+            port = _bind_some_port(first, host, ports)
             if port == 65535:
                 continue
             second = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
