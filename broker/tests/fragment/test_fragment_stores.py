@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import stat
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -330,3 +332,36 @@ async def test_file_store_puts_files_readable_by_other_users(tmp_path: Path) -> 
         os.umask(old_umask)
     mode = stat.S_IMODE((tmp_path / "data/a/journal/f.raw").stat().st_mode)
     assert mode == 0o644
+
+
+async def test_what_a_cancelled_get_opened_is_closed() -> None:
+    # A store get cancelled while its thread opens the object (a health check's get,
+    # cut short) must not leave the opened file to the garbage collector.
+    opening, release = threading.Event(), threading.Event()
+    opened: list[io.BytesIO] = []
+
+    def opener() -> io.BytesIO:
+        opening.set()
+        release.wait(5)
+        opened.append(io.BytesIO(b"content"))
+        return opened[-1]
+
+    closed = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def close(f: io.BytesIO) -> None:
+        f.close()
+        loop.call_soon_threadsafe(closed.set)
+
+    task = asyncio.create_task(stores.base.open_in_thread(opener, close))
+    await asyncio.to_thread(opening.wait, 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    release.set()
+    await asyncio.wait_for(closed.wait(), 5)
+    assert opened[0].closed
+
+    # Uncancelled, the caller gets what was opened, still open.
+    f = await stores.base.open_in_thread(lambda: io.BytesIO(b"x"), close)
+    assert not f.closed

@@ -3,16 +3,42 @@
 from __future__ import annotations
 
 import abc
+import asyncio
+import functools
 import urllib.parse
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
+from typing import TypeVar
 
 from gazette.broker.fragment import errors, files
 
 # Stand-in root of file:// stores when --broker.file-root is not given: deliberately
 # unusable, so a file store fails its health check instead of writing somewhere odd.
 UNCONFIGURED_FILE_ROOT = "/dev/null/must/configure/file/store/root"
+
+_T = TypeVar("_T")
+
+
+async def open_in_thread(opener: Callable[[], _T], close: Callable[[_T], object]) -> _T:
+    """``opener()`` in a worker thread; what it opens after its caller was cancelled is closed.
+
+    A cancelled ``asyncio.to_thread`` leaves its thread running and drops the
+    result: an opened file or HTTP response body then lingers until the
+    garbage collector finds it (a ResourceWarning, which the tests make an
+    error: a store health check's get cancelled mid-thread did this).
+    """
+    fut = asyncio.get_running_loop().run_in_executor(None, opener)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        fut.add_done_callback(functools.partial(_close_result, close))
+        raise
+
+
+def _close_result(close: Callable[[_T], object], fut: asyncio.Future[_T]) -> None:
+    if not fut.cancelled() and fut.exception() is None:
+        close(fut.result())
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import tempfile
@@ -146,7 +147,7 @@ class FileStore(base.Store):
 
     async def get(self, path: str) -> base.StoreReader:
         try:
-            f = await asyncio.to_thread(self._open, path)
+            f = await base.open_in_thread(functools.partial(self._open, path), lambda f: f.close())
         except OSError as e:
             raise self._err("get", path, e) from e
         return _FileReader(f)

@@ -11,6 +11,7 @@ boto3 clients block, so every call runs in a worker thread.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import urllib.parse
 from collections.abc import AsyncIterator
@@ -147,8 +148,11 @@ class S3Store(base.Store):
 
     async def get(self, path: str) -> base.StoreReader:
         try:
-            resp = await asyncio.to_thread(
-                self._client.get_object, Bucket=self._bucket, Key=self._key(path)
+            resp = await base.open_in_thread(
+                functools.partial(
+                    self._client.get_object, Bucket=self._bucket, Key=self._key(path)
+                ),
+                lambda resp: resp["Body"].close(),
             )
         except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as e:
             raise self._err("get", path, e) from e
