@@ -165,3 +165,39 @@ async def test_routes_are_cached_and_reads_go_to_members(fake: FakeBroker) -> No
         assert len(fake.read_requests) == 1 and other.read_requests == []
     finally:
         await other.stop()
+
+
+async def test_a_read_stopped_below_the_write_head_says_so(
+    fake: FakeBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A broker that has no fragment for [2, 6) yet (another broker has yet to persist
+    # it, say) answers OFFSET_NOT_YET_AVAILABLE there with a write head beyond it.
+    fake.content["a/journal"] += b"0123456789"
+    real_read = fake.Read
+
+    async def holed_read(request, context):  # type: ignore[no-untyped-def]
+        if 2 <= request.offset < 6:
+            yield pb.ReadResponse(
+                status=pb.OFFSET_NOT_YET_AVAILABLE,
+                offset=request.offset,
+                write_head=10,
+                header=fake.header(),
+            )
+            return
+        async for resp in real_read(request, context):
+            yield resp
+
+    fake.Read = holed_read  # type: ignore[method-assign]
+    await fake.stop()
+    await fake.start()
+    async with client.JournalClient(client.ClientConfig(address=fake.endpoint)) as jc2:
+        rr = client.RetryReader(jc2, pb.ReadRequest(journal="a/journal", offset=3))
+        assert await read_all(rr) == b""
+        warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert any("stopped at offset 3, below the broker's write head 10" in m for m in warned)
+
+        # At the real end of the journal, nothing is said.
+        caplog.clear()
+        rr = client.RetryReader(jc2, pb.ReadRequest(journal="a/journal", offset=6))
+        assert await read_all(rr) == b"6789"
+        assert not [r for r in caplog.records if "write head" in r.getMessage()]

@@ -10,7 +10,8 @@ it follows the journal), avoiding brokers whose calls just failed.
 What it surfaces (Gazette's ``retry_reader.go`` rules):
 
 - ``OffsetNotYetAvailable`` of a non-blocking read: the write head was
-  reached (iteration simply stops there);
+  reached (iteration simply stops there, with a warning if the broker's write
+  head is further on: a hole it has no fragment for yet);
 - ``JournalNotFound`` after a few attempts, or at once for proxied reads;
 - ``Suspended``, and cancellation;
 - a refusal of the client's credentials (``UNAUTHENTICATED``);
@@ -169,6 +170,18 @@ class RetryReader:
                     log.warning("%s", jump)
                 continue
             except errors.OffsetNotYetAvailable:
+                head = self.response.write_head
+                if head > self.offset:
+                    # Not the journal's end: no fragment the broker knows of covers
+                    # this offset yet. Ending silently read as "nothing more".
+                    log.warning(
+                        "read of %s stopped at offset %d, below the broker's write head %d:"
+                        " no fragment there is known to the broker yet (content other"
+                        " brokers have yet to persist, or a hole); read again, or block",
+                        self.journal,
+                        self.offset,
+                        head,
+                    )
                 return
             if not data:
                 return
