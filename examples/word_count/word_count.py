@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
@@ -46,7 +47,7 @@ import word_count_pb2_grpc as wc_grpc
 from gazette import message
 from gazette.broker import client
 from gazette.broker import protocol as pb
-from gazette.broker.protocol import dial
+from gazette.broker.protocol import auth, dial
 from gazette.consumer import protocol as pc
 from gazette.consumer import runtime
 from gazette.consumer.runtime import resolver as resolver_mod
@@ -183,6 +184,9 @@ class NGramService(wc_grpc.NGramServicer):
     async def Publish(
         self, request: wc.PublishRequest, context: grpc.aio.ServicerContext
     ) -> wc.PublishResponse:
+        # With --consumer.auth-keys, the caller's token must grant APPEND (as in
+        # Gazette's word-count); without keys, anyone may call.
+        await self.resolver.verify(context, auth.Capability.APPEND)
         async with client.AppendService(self.resolver.journal_client) as appends:
             await self.deltas.publish(appends, request.text)
         return wc.PublishResponse()
@@ -190,12 +194,13 @@ class NGramService(wc_grpc.NGramServicer):
     async def Query(
         self, request: wc.QueryRequest, context: grpc.aio.ServicerContext
     ) -> wc.QueryResponse:
+        claims = await self.resolver.verify(context, auth.Capability.READ)
         shard_id = request.shard
         if not shard_id:
             await self.deltas.refresh()
             shard_id = self._shard_reading(self.deltas.journal_of(request.prefix))
         proxied = request.header if request.HasField("header") else None
-        res = self.resolver.resolve(shard_id, proxied)
+        res = self.resolver.resolve(shard_id, proxied, claims)
         if res.status != pc.Status.OK:
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE, f"shard {shard_id}: {pc.Status.Name(res.status)}"
@@ -206,7 +211,11 @@ class NGramService(wc_grpc.NGramServicer):
             forwarded.shard = shard_id
             forwarded.header.CopyFrom(res.header)
             stub = wc_grpc.NGramStub(self.resolver.channel(res.endpoint))
-            resp: wc.QueryResponse = await stub.Query(forwarded, timeout=context.time_remaining())
+            resp: wc.QueryResponse = await stub.Query(
+                forwarded,
+                timeout=context.time_remaining(),
+                metadata=self.resolver.authorize(auth.Capability.READ, shard_id),
+            )
             return resp
         assert isinstance(res.store, store_sqlite.SQLiteStore)
         out = wc.QueryResponse()
@@ -233,17 +242,21 @@ class NGramService(wc_grpc.NGramServicer):
 # -- the command line: publish texts, query counts ----------------------------
 
 
-async def _publish(address: str, texts: Sequence[str]) -> None:
+def _metadata(token: str) -> auth.Metadata | None:
+    return (("authorization", f"Bearer {token}"),) if token else None
+
+
+async def _publish(address: str, texts: Sequence[str], token: str) -> None:
     async with dial.channel(address) as ch:
         stub = wc_grpc.NGramStub(ch)
         for text in texts:
-            await stub.Publish(wc.PublishRequest(text=text), timeout=30)
+            await stub.Publish(wc.PublishRequest(text=text), timeout=30, metadata=_metadata(token))
 
 
-async def _query(address: str, prefix: str, shard: str) -> wc.QueryResponse:
+async def _query(address: str, prefix: str, shard: str, token: str) -> wc.QueryResponse:
     async with dial.channel(address) as ch:
         resp: wc.QueryResponse = await wc_grpc.NGramStub(ch).Query(
-            wc.QueryRequest(prefix=prefix, shard=shard), timeout=30
+            wc.QueryRequest(prefix=prefix, shard=shard), timeout=30, metadata=_metadata(token)
         )
         return resp
 
@@ -256,6 +269,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="http://localhost:8080",
         help="a consumer process of word_count:Counter (default %(default)s)",
     )
+    parser.add_argument(
+        "--consumer.auth-token",
+        dest="token",
+        default=os.environ.get("CONSUMER_AUTH_TOKEN", ""),
+        help="bearer token for a process run with --consumer.auth-keys (env CONSUMER_AUTH_TOKEN):"
+        " publish needs APPEND, query READ; mint one with python -m gazette.broker.protocol.auth",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("publish", help="publish texts (--text, or stdin lines)")
     p.add_argument("--text", action="append", help="a text to count (repeatable)")
@@ -265,9 +285,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "publish":
         texts = args.text or [line for line in sys.stdin.read().splitlines() if line.strip()]
-        asyncio.run(_publish(args.address, texts))
+        asyncio.run(_publish(args.address, texts, args.token))
         return 0
-    resp = asyncio.run(_query(args.address, args.prefix, args.shard))
+    resp = asyncio.run(_query(args.address, args.prefix, args.shard, args.token))
     for g in resp.grams:
         print(f"{g.count}\t{g.n_gram}")
     return 0

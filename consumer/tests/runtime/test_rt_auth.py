@@ -12,7 +12,9 @@ tokens (``--broker.auth-keys``), the second a minted one (``--broker.auth-token`
 - a Stat proxied to the primary carries the process's own token, and a Stat
   ends when its token does;
 - the shards consume and publish through brokers that require tokens;
-- the keys file is reloaded: a new key verifies, a retired one is refused.
+- the keys file is reloaded: a new key verifies, a retired one is refused;
+- an application's own RPC verifies tokens and forwards to the primary with
+  the process's own (``Resolver.verify``, ``Resolver.authorize``).
 """
 
 from __future__ import annotations
@@ -101,6 +103,55 @@ class Echo:
 
     async def finalize_txn(self, shard: Any, store: Any, pub: message.Publisher) -> None:
         pass
+
+    def register_services(self, server: grpc.aio.Server, resolver: Any) -> None:
+        server.add_generic_rpc_handlers((Peek(resolver).handler(),))
+
+
+PEEK = "/rtauth.Peek/Peek"
+
+
+class Peek:
+    """An application RPC (``rtauth.Peek/Peek``): which process serves a shard.
+
+    As an application's own RPCs do: verify the caller's token (READ), resolve the
+    shard under its claims, and answer from the primary, forwarding there with the
+    process's own token when the primary is another process.
+    """
+
+    def __init__(self, resolver: Any) -> None:
+        self.resolver = resolver
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler(
+            "rtauth.Peek",
+            {
+                "Peek": grpc.unary_unary_rpc_method_handler(
+                    self.peek,
+                    request_deserializer=pc.StatRequest.FromString,
+                    response_serializer=pc.StatResponse.SerializeToString,
+                )
+            },
+        )
+
+    async def peek(self, request: pc.StatRequest, context: Any) -> pc.StatResponse:
+        claims = await self.resolver.verify(context, Cap.READ)
+        proxied = request.header if request.HasField("header") else None
+        res = self.resolver.resolve(request.shard, proxied, claims)
+        if res.status == pc.Status.OK and res.endpoint:
+            forwarded = pc.StatRequest()
+            forwarded.CopyFrom(request)
+            forwarded.header.CopyFrom(res.header)
+            call = self.resolver.channel(res.endpoint).unary_unary(
+                PEEK,
+                request_serializer=pc.StatRequest.SerializeToString,
+                response_deserializer=pc.StatResponse.FromString,
+            )
+            resp: pc.StatResponse = await call(
+                forwarded, metadata=self.resolver.authorize(Cap.READ, request.shard), timeout=20
+            )
+            return resp
+        return pc.StatResponse(status=res.status, header=res.header)
 
 
 def to(journal: str) -> Callable[[message.Message], tuple[str, str]]:
@@ -456,3 +507,35 @@ def test_auth_flags_parse_and_bad_ones_are_usage_errors(
     for flag in ("--consumer.auth-keys", "--consumer.auth-keys-file", "--broker.auth-token"):
         assert flag in helps
     assert CONSUMER_KEY not in helps
+
+
+async def test_an_application_rpc_verifies_tokens_and_forwards_with_its_own(env: Env) -> None:
+    async with dial.channel(env.endpoints[0]) as ch:
+        await apply_shards(stub_of(ch))
+        listed = await stub_of(ch).List(pc.ListRequest(), metadata=md(Cap.LIST))
+    route = next(s.route for s in listed.shards if s.spec.id == "shard-000")
+    primary = route.members[route.primary].suffix
+
+    for endpoint in env.endpoints:  # The primary itself, and a process that forwards.
+        async with dial.channel(endpoint) as ch:
+            peek = ch.unary_unary(
+                PEEK,
+                request_serializer=pc.StatRequest.SerializeToString,
+                response_deserializer=pc.StatResponse.FromString,
+            )
+            req = pc.StatRequest(shard="shard-000")
+            resp = await peek(req, metadata=md(Cap.READ, "id=shard-000"), timeout=20)
+            assert resp.status == pc.Status.OK, resp
+            assert resp.header.process_id.suffix == primary  # Served by the primary.
+
+            refused = {
+                "missing or empty Authorization token": None,
+                "authorization is missing required READ capability": md(Cap.APPEND),
+                "verifying Authorization: token signature is invalid": md(Cap.READ, signer=BROKERS),
+            }
+            for why, m in refused.items():
+                got = await outcome(peek(req, metadata=m, timeout=20))
+                assert got.startswith(f"UNAUTHENTICATED: {why}"), got
+            # A selector that leaves the shard out: it does not exist for this caller.
+            resp = await peek(req, metadata=md(Cap.READ, "tier=lead"), timeout=20)
+            assert resp.status == pc.Status.SHARD_NOT_FOUND

@@ -153,8 +153,8 @@ async def serve(
             svc = Service(ShardServices(app, etcd, ks, jc), observed)
             shards_stop = asyncio.Event()
             shards_task = tg.create_task(svc.run(shards_stop), name="shards")
-            resolver = Resolver(svc, jc, peer_tls)
-            api = ShardAPI(svc, etcd, resolver, keys)
+            resolver = Resolver(svc, jc, peer_tls, keys)
+            api = ShardAPI(svc, etcd, resolver)
             pc_grpc.add_ShardServicer_to_server(api, server)
             if isinstance(app, interfaces.ServiceRegistrar):
                 app.register_services(server, resolver)

@@ -10,7 +10,21 @@ route changed under the sender, which retries).
 
 Resolving under a caller's claims (``--consumer.auth-keys``), a shard that
 their selector doesn't select is answered as one that doesn't exist, route
-and all (Gazette's resolver does the same).
+and all (Gazette's resolver does the same). An application's RPC gets those
+claims from :meth:`Resolver.verify` (its bearer token, which must grant the
+capability the RPC needs), and forwards to a primary with the metadata of
+:meth:`Resolver.authorize` (a token of this process's keys for that shard), as
+the Shard API does; Gazette's applications use its service's Verifier and
+Authorizer alike::
+
+    async def Query(self, request, context):
+        claims = await self.resolver.verify(context, auth.Capability.READ)
+        res = self.resolver.resolve(request.shard, proxied_header, claims)
+        if res.endpoint:
+            return await Stub(self.resolver.channel(res.endpoint)).Query(
+                forwarded,
+                metadata=self.resolver.authorize(auth.Capability.READ, request.shard),
+            )
 """
 
 from __future__ import annotations
@@ -50,13 +64,45 @@ class Resolver:
     """Resolves shards against a process's view of etcd and its local replicas."""
 
     def __init__(
-        self, svc: Any, journal_client: JournalClient, peer_tls: dial.TLS | None = None
+        self,
+        svc: Any,
+        journal_client: JournalClient,
+        peer_tls: dial.TLS | None = None,
+        authorization: auth.ServerAuth | None = None,
     ) -> None:
         self.svc = svc
         self.journal_client = journal_client
         self._channels: dict[str, grpc.aio.Channel] = {}
         #: Our side of TLS to peers with ``https://`` endpoints (``--consumer.peer-*-file``).
         self._dial = dial.DialConfig(tls=peer_tls or dial.TLS())
+        #: The process's keys (``--consumer.auth-keys``), consulted per call: a
+        #: :class:`~auth.SwappableAuth` rotates them under a serving process.
+        #: Without keys, every call is allowed and forwards carry no token.
+        self.auth: auth.ServerAuth = authorization or auth.NoopAuth()
+
+    async def verify(
+        self, context: grpc.aio.ServicerContext[Any, Any], capability: int
+    ) -> auth.Claims:
+        """The claims of the call's bearer token, which must grant ``capability``.
+
+        Otherwise the call is aborted ``UNAUTHENTICATED`` with the reason (this
+        raises, as ``context.abort`` does).
+        """
+        try:
+            return self.auth.verify(context.invocation_metadata(), capability)
+        except pb.AuthorizationError as e:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
+            raise  # Not reached: abort raises.
+
+    def authorize(self, capability: int, shard_id: str) -> auth.Metadata | None:
+        """Call metadata forwarding a request about ``shard_id`` to its primary.
+
+        A short-lived token of this process's keys, granting ``capability`` over
+        that one shard (None without keys).
+        """
+        sel = pb.LabelSelector()
+        sel.include.labels.add(name="id", value=shard_id)
+        return self.auth.authorize(auth.Claims(capability, sel)) or None
 
     def header(self) -> pb.Header:
         """A header of this process at the current etcd revision (no route)."""

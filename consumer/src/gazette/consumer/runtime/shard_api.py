@@ -58,19 +58,11 @@ log = logging.getLogger(__name__)
 class ShardAPI(pc_grpc.ShardServicer):
     """Serves ``consumer.Shard`` from a process's :class:`Service`."""
 
-    def __init__(
-        self,
-        svc: Service,
-        etcd: Any,
-        resolver: Resolver,
-        authorization: auth.ServerAuth | None = None,
-    ) -> None:
+    def __init__(self, svc: Service, etcd: Any, resolver: Resolver) -> None:
         self.svc = svc
         self.etcd = etcd
+        #: Also verifies requests' tokens and signs those of proxied Stats.
         self.resolver = resolver
-        #: Verifies requests' tokens and signs those of proxied Stats (consulted per
-        #: call: a :class:`~auth.SwappableAuth` rotates keys under a serving process).
-        self.auth: auth.ServerAuth = authorization or auth.NoopAuth()
 
     # -- helpers ----------------------------------------------------------
 
@@ -80,14 +72,6 @@ class ShardAPI(pc_grpc.ShardServicer):
 
     def _header(self) -> pb.Header:
         return self.resolver.header()
-
-    async def _verify(self, context: grpc.aio.ServicerContext, require: int) -> auth.Claims:
-        """The claims of the request's token, which must grant ``require`` (else aborts)."""
-        try:
-            return self.auth.verify(context.invocation_metadata(), require)
-        except pb.AuthorizationError as e:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
-            raise  # Not reached: abort raises.
 
     async def _invalid(self, context: grpc.aio.ServicerContext, request: Any) -> bool:
         try:
@@ -116,7 +100,7 @@ class ShardAPI(pc_grpc.ShardServicer):
     async def List(
         self, request: pc.ListRequest, context: grpc.aio.ServicerContext
     ) -> pc.ListResponse:
-        claims = await self._verify(context, auth.Capability.LIST)
+        claims = await self.resolver.verify(context, auth.Capability.LIST)
         if await self._invalid(context, request):
             return pc.ListResponse()
         state = self._state
@@ -132,7 +116,7 @@ class ShardAPI(pc_grpc.ShardServicer):
     async def Stat(
         self, request: pc.StatRequest, context: grpc.aio.ServicerContext
     ) -> pc.StatResponse:
-        claims = await self._verify(context, auth.Capability.READ)
+        claims = await self.resolver.verify(context, auth.Capability.READ)
         if await self._invalid(context, request):
             return pc.StatResponse()
         try:
@@ -162,8 +146,7 @@ class ShardAPI(pc_grpc.ShardServicer):
             ).Stat(
                 forwarded,
                 timeout=context.time_remaining(),
-                metadata=self.auth.authorize(_shard_claims(auth.Capability.READ, request.shard))
-                or None,
+                metadata=self.resolver.authorize(auth.Capability.READ, request.shard),
             )
             return proxied
         # Primary here: wait (even while its store is still being recovered).
@@ -206,7 +189,7 @@ class ShardAPI(pc_grpc.ShardServicer):
     async def Apply(
         self, request: pc.ApplyRequest, context: grpc.aio.ServicerContext
     ) -> pc.ApplyResponse:
-        claims = await self._verify(context, auth.Capability.APPLY)
+        claims = await self.resolver.verify(context, auth.Capability.APPLY)
         if await self._invalid(context, request):
             return pc.ApplyResponse()
         for change in request.changes:
@@ -250,7 +233,7 @@ class ShardAPI(pc_grpc.ShardServicer):
     async def GetHints(
         self, request: pc.GetHintsRequest, context: grpc.aio.ServicerContext
     ) -> pc.GetHintsResponse:
-        claims = await self._verify(context, auth.Capability.READ)
+        claims = await self.resolver.verify(context, auth.Capability.READ)
         if await self._invalid(context, request):
             return pc.GetHintsResponse()
         resp = pc.GetHintsResponse()
@@ -285,7 +268,7 @@ class ShardAPI(pc_grpc.ShardServicer):
     async def Unassign(
         self, request: pc.UnassignRequest, context: grpc.aio.ServicerContext
     ) -> pc.UnassignResponse:
-        claims = await self._verify(context, auth.Capability.APPLY)
+        claims = await self.resolver.verify(context, auth.Capability.APPLY)
         if await self._invalid(context, request):
             return pc.UnassignResponse()
         for shard_id in request.shards:
@@ -327,13 +310,6 @@ class _Stopped(Exception):
 
 def _id_labels(shard_id: str) -> pb.LabelSet:
     return pb.LabelSet(labels=[pb.Label(name="id", value=shard_id)])
-
-
-def _shard_claims(capability: int, shard_id: str) -> auth.Claims:
-    """Claims of ``capability`` over one shard, as Gazette's clients ask for them."""
-    sel = pb.LabelSelector()
-    sel.include.CopyFrom(_id_labels(shard_id))
-    return auth.Claims(capability, sel)
 
 
 def _until_expiry(claims: auth.Claims) -> asyncio.Timeout:
