@@ -177,3 +177,44 @@ async def test_keep_alive_raises_lease_lost_on_etcd_s_word(
     with pytest.raises(allocator.errors.LeaseLost):
         async with asyncio.timeout(5):
             await announce.keep_alive(client, 7, 3)  # type: ignore[arg-type]
+
+
+async def test_announce_follows_the_old_key_going(etcd: aetcd.Client) -> None:
+    # A restarted member announces as soon as etcd deletes its previous incarnation's
+    # key, not at its next poll (30 s here).
+    announce = importlib.import_module("gazette.allocator.announce")
+    old_lease = await allocator.grant_lease(etcd, 60)
+    assert (await txn.commit(etcd, [], [txn.put(KEY, SPEC, lease=old_lease)])).succeeded
+    new_lease = await allocator.grant_lease(etcd, 60)
+    task = asyncio.create_task(announce.announce(etcd, KEY, SPEC, new_lease, retry_interval=30))
+    await asyncio.sleep(1.0)
+    assert not task.done()
+    revoked = time.monotonic()
+    await allocator.revoke_lease(etcd, old_lease)  # As its expiry would.
+    ann = await asyncio.wait_for(task, 10)
+    assert time.monotonic() - revoked < 2.0
+    assert await member_lease(etcd) == new_lease and ann.key == KEY
+    await allocator.revoke_lease(etcd, new_lease)
+
+
+async def test_announce_polls_when_the_watch_fails(
+    etcd: aetcd.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gazette.keyspace import errors as ks_errors
+    from gazette.keyspace import etcd as ks_etcd
+
+    async def no_watch(_client: object) -> None:
+        raise ks_errors.EtcdError("no watch today")
+
+    monkeypatch.setattr(ks_etcd, "watch_stub", no_watch)
+    announce = importlib.import_module("gazette.allocator.announce")
+    old_lease = await allocator.grant_lease(etcd, 60)
+    assert (await txn.commit(etcd, [], [txn.put(KEY, SPEC, lease=old_lease)])).succeeded
+    new_lease = await allocator.grant_lease(etcd, 60)
+    task = asyncio.create_task(announce.announce(etcd, KEY, SPEC, new_lease, retry_interval=0.5))
+    await asyncio.sleep(0.2)
+    await allocator.revoke_lease(etcd, old_lease)
+    await asyncio.wait_for(task, 10)  # By polling.
+    assert await member_lease(etcd) == new_lease
+    assert not await announce.wait_deleted(etcd, KEY, 1, 0.1)
+    await allocator.revoke_lease(etcd, new_lease)

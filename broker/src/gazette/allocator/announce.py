@@ -84,9 +84,18 @@ async def announce(
     *,
     retry_interval: float = 10.0,
     sleep: Sleep = asyncio.sleep,
+    watch: bool = True,
 ) -> Announcement:
-    """Create ``key`` under ``lease_id``, waiting out an existing key of another lease."""
+    """Create ``key`` under ``lease_id``, waiting out an existing key of another lease.
+
+    A previous incarnation's key (this member restarted after SIGKILL) goes when
+    its lease expires. With ``watch``, the next attempt follows etcd's report of
+    that deletion at once, else every ``retry_interval`` (Gazette's
+    ``allocator/announce.go`` polls every 10 s): until the member is back, a
+    journal whose replication equals the number of brokers takes no appends.
+    """
     while True:
+        existing = 0  # The revision at which another lease's key was seen.
         try:
             resp = await txn.commit(
                 client,
@@ -104,7 +113,52 @@ async def announce(
                 # Our own write of an earlier attempt, whose response was lost.
                 return Announcement(client, key, int(kvs[0].mod_revision))
             log.warning("failed to announce %s (will retry): key exists with another lease", key)
-        await sleep(retry_interval)
+            existing = int(resp.header.revision)
+        if watch and existing:
+            await wait_deleted(client, key, existing, retry_interval)
+        else:
+            await sleep(retry_interval)
+
+
+async def wait_deleted(client: aetcd.Client, key: str, revision: int, within: float) -> bool:
+    """Wait until etcd reports ``key`` deleted after ``revision``: True, or False after ``within`` s.
+
+    A watch that fails or ends early leaves the rest of the time to be slept out
+    (the caller then polls).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    try:
+        stub = await ks_etcd.watch_stub(client)
+    except ks_errors.EtcdError:
+        await asyncio.sleep(within)
+        return False
+    call = stub.Watch(metadata=ks_etcd.metadata(client))
+    try:
+        async with asyncio.timeout_at(deadline):
+            await call.write(
+                _rpc.WatchRequest(
+                    create_request=_rpc.WatchCreateRequest(
+                        key=key.encode(),
+                        start_revision=revision + 1,
+                        filters=[_rpc.WatchCreateRequest.NOPUT],
+                    )
+                )
+            )
+            while True:
+                resp = await call.read()
+                if resp is grpc.aio.EOF or resp.canceled:
+                    break
+                if resp.events:
+                    return True
+    except TimeoutError:
+        return False
+    except grpc.aio.AioRpcError as e:
+        log.warning("watching %s for its deletion failed (polling instead): %s", key, e)
+    finally:
+        call.cancel()
+    await asyncio.sleep(max(0.0, deadline - loop.time()))
+    return False
 
 
 async def grant_lease_retrying(
