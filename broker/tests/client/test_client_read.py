@@ -59,6 +59,25 @@ async def test_blocking_read_waits_for_appends(fake: FakeBroker, jc: client.Jour
     await rr.close()
 
 
+async def test_a_cancelled_read_leaves_the_reader_usable(
+    fake: FakeBroker, jc: client.JournalClient
+) -> None:
+    # grpc.aio cancels the RPC with the read; the next read starts another at the
+    # same offset (a reader blocked at the head is stopped this way).
+    await client.append(jc, "a/journal", b"one\n")
+    rr = client.RetryReader(jc, pb.ReadRequest(journal="a/journal", offset=0, block=True))
+    assert await rr.read() == b"one\n"
+    blocked = asyncio.ensure_future(rr.read())
+    await asyncio.sleep(0.05)
+    blocked.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await blocked
+    await client.append(jc, "a/journal", b"two\n")
+    assert await asyncio.wait_for(rr.read(), 5) == b"two\n"
+    assert rr.offset == 8
+    await rr.close()
+
+
 async def test_tail_read_starts_at_the_write_head(
     fake: FakeBroker, jc: client.JournalClient
 ) -> None:

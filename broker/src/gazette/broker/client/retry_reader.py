@@ -29,6 +29,7 @@ Usage::
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from types import TracebackType
@@ -113,6 +114,15 @@ class RetryReader:
             try:
                 data = await self.reader.read()
             except errors.OffsetJump:
+                raise
+            except asyncio.CancelledError:
+                # grpc.aio cancels the RPC along with a cancelled read: a later
+                # read() starts a new one, at the same offset (it moves only with
+                # content returned, so nothing is skipped).
+                try:
+                    await self.reader.close()
+                finally:
+                    self._restart()
                 raise
             except errors.ClientError as err:
                 await self.reader.close()
