@@ -11,7 +11,9 @@ stores change, which wakes RPCs waiting on the slots so they re-resolve.
 Two daemons run per replica while it lives:
 
 * *refresh*: lists every store of the journal now and then every
-  ``fragment.refresh_interval``, replacing the index's remote fragments;
+  ``fragment.refresh_interval``, replacing the index's remote fragments, and
+  sooner when asked: a read of a hole below the write head asks (see
+  :meth:`Replica._on_hole`), as does a head gap;
 * *pulse*: a zero-byte append through the append FSM right away, after every
   route change and every minute. Only the primary gets past resolution; its
   pulse builds the pipeline and writes the Route into the assignment values,
