@@ -54,6 +54,7 @@ __all__ = [
     "GazetteMsgError",
     "GazetteRlog",
     "build",
+    "build_gazctl",
     "journal_frames",
     "ndjson_journal",
     "recoverylog_journal",
@@ -103,6 +104,20 @@ def build(program: str = "gazette-msg") -> pathlib.Path:
     if proc.returncode != 0:
         raise BuildError(f"building {program} failed (exit {proc.returncode}):\n{proc.stderr}")
     return pathlib.Path(proc.stdout.strip().splitlines()[-1])
+
+
+def build_gazctl() -> pathlib.Path:
+    """Go's own ``gazctl`` (v0.103), built by the broker's interop module on first use."""
+    script = GO_DIR.parents[3] / "broker" / "tests" / "interop" / "go" / "build.sh"
+    try:
+        proc = subprocess.run(
+            [str(script)], capture_output=True, text=True, timeout=BUILD_TIMEOUT, check=False
+        )
+    except subprocess.TimeoutExpired as e:
+        raise BuildError(f"building Go's gazctl took over {BUILD_TIMEOUT}s:\n{e.stderr}") from e
+    if proc.returncode != 0:
+        raise BuildError(f"building Go's gazctl failed (exit {proc.returncode}):\n{proc.stderr}")
+    return pathlib.Path(proc.stdout.strip().splitlines()[-1]) / "gazctl"
 
 
 def _run(binary: pathlib.Path, args: Sequence[str], timeout: float, stdin: bytes = b"") -> str:
