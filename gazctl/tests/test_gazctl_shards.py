@@ -29,7 +29,7 @@ from gazette.broker import protocol as pb
 from gazette.broker.server import testing as server_testing
 from gazette.consumer import protocol as pc
 from gazette.consumer import recoverylog as rl
-from gazette.consumer.runtime import config, process
+from gazette.consumer import testing as consumer_testing
 from gazette.gazctl import cli, shards_api, shards_recovery
 from gazette.keyspace import testing as ks_testing
 
@@ -61,22 +61,6 @@ shards:
 """
 
 
-class NoApp:
-    """The consumer's application: never called, as every shard is disabled."""
-
-    async def new_store(self, shard: Any) -> Any:
-        raise AssertionError("a disabled shard was assigned")
-
-    def new_message(self, spec: pb.JournalSpec) -> Any:
-        raise AssertionError("a disabled shard was assigned")
-
-    async def consume_message(self, *args: Any) -> None:
-        raise AssertionError("a disabled shard was assigned")
-
-    async def finalize_txn(self, *args: Any) -> None:
-        raise AssertionError("a disabled shard was assigned")
-
-
 @dataclasses.dataclass
 class Env:
     jc: client.JournalClient
@@ -95,23 +79,6 @@ class Env:
         else:
             assert result.exit_code != 0, f"gazctl {' '.join(args)} succeeded: {result.output}"
         return result
-
-
-def _consumer_config(etcd: str, broker: str) -> config.Config:
-    return config.parse(
-        [
-            "--consumer.app", "unused:Unused",
-            "--consumer.zone", "zone-a",
-            "--consumer.id", "consumer-0",
-            "--consumer.host", "127.0.0.1",
-            "--consumer.http-port", "-1",
-            "--broker.address", broker,
-            "--etcd.address", etcd,
-            "--etcd.prefix", CONSUMERS,
-            "--etcd.lease", "3s",
-            "--consumer.drain-timeout", "5s",
-        ]
-    )  # fmt: skip
 
 
 @pytest.fixture
@@ -151,24 +118,11 @@ async def env(
                     except (client.errors.ClientError, TimeoutError):
                         await asyncio.sleep(0.1)
 
-        stop = asyncio.Event()
-        started: asyncio.Future[process.Serving] = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(
-            process.serve(
-                _consumer_config(etcd_server.endpoint, c[0].endpoint),
-                NoApp(),  # type: ignore[arg-type]
-                stop=stop,
-                started=started,
-            )
+        args = consumer_testing.argv(
+            etcd=etcd_server.endpoint, broker=c[0].endpoint, prefix=CONSUMERS, zone="zone-a"
         )
-        try:
-            async with asyncio.timeout(30):
-                serving = await started
-            yield Env(jc, etcd, c.file_root, c[0].endpoint, serving.endpoint)
-        finally:
-            stop.set()
-            async with asyncio.timeout(30):
-                await task
+        async with consumer_testing.serving(args, consumer_testing.DisabledShards()) as srv:
+            yield Env(jc, etcd, c.file_root, c[0].endpoint, srv.endpoint)
 
 
 # --- apply and edit -------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from gazette.broker import protocol as pb
 from gazette.broker.protocol import auth
 from gazette.broker.server import testing as server_testing
 from gazette.consumer import protocol as pc
-from gazette.consumer.runtime import config, process
+from gazette.consumer import testing as consumer_testing
 from gazette.gazctl import cli, shards_api
 from gazette.keyspace import testing as ks_testing
 
@@ -49,22 +49,6 @@ shards:
     value: gold
 - id: shard-001
 """
-
-
-class NoApp:
-    """Never called: every shard is disabled."""
-
-    async def new_store(self, shard: Any) -> Any:
-        raise AssertionError("a disabled shard was assigned")
-
-    def new_message(self, spec: pb.JournalSpec) -> Any:
-        raise AssertionError("a disabled shard was assigned")
-
-    async def consume_message(self, *args: Any) -> None:
-        raise AssertionError("a disabled shard was assigned")
-
-    async def finalize_txn(self, *args: Any) -> None:
-        raise AssertionError("a disabled shard was assigned")
 
 
 @dataclasses.dataclass
@@ -96,32 +80,16 @@ async def env(etcd_server: ks_testing.EtcdServer, tmp_path: pathlib.Path) -> Asy
         await client.apply_journals(
             jc, pb.ApplyRequest(changes=[pb.ApplyRequest.Change(upsert=spec)])
         )
-        cfg = config.parse(
-            [
-                "--consumer.app", "unused:Unused",
-                "--consumer.id", "consumer-0",
-                "--consumer.host", "127.0.0.1",
-                "--consumer.http-port", "-1",
-                "--broker.address", c[0].endpoint,
-                "--etcd.address", etcd_server.endpoint,
-                "--etcd.prefix", CONSUMERS,
-                "--etcd.lease", "3s",
-                "--consumer.drain-timeout", "5s",
-                "--consumer.auth-keys", KEY,
-            ],
-            env={},
-        )  # fmt: skip
-        stop = asyncio.Event()
-        started: asyncio.Future[process.Serving] = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(process.serve(cfg, NoApp(), stop=stop, started=started))
+        args = consumer_testing.argv(
+            etcd=etcd_server.endpoint,
+            broker=c[0].endpoint,
+            prefix=CONSUMERS,
+            extra=["--consumer.auth-keys", KEY],
+        )
         try:
-            async with asyncio.timeout(30):
-                serving = await started
-            yield Env(c[0].endpoint, serving.endpoint)
+            async with consumer_testing.serving(args, consumer_testing.DisabledShards()) as srv:
+                yield Env(c[0].endpoint, srv.endpoint)
         finally:
-            stop.set()
-            async with asyncio.timeout(30):
-                await task
             # Leave etcd as we found it: the shards the tests applied.
             await asyncio.to_thread(ks_testing.wipe_prefix, etcd_server.endpoint, CONSUMERS + "/")
 

@@ -18,7 +18,6 @@ import pathlib
 import shutil
 import subprocess
 from collections.abc import AsyncIterator
-from typing import Any
 
 import interop_go
 import pytest
@@ -27,7 +26,7 @@ from gazette.broker import client, testing
 from gazette.broker import protocol as pb
 from gazette.broker.protocol import auth
 from gazette.broker.server import testing as server_testing
-from gazette.consumer.runtime import config, process
+from gazette.consumer import testing as consumer_testing
 from gazette.keyspace import testing as ks_testing
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -54,22 +53,6 @@ shards:
   - name: tier
     value: lead
 """
-
-
-class NoApp:
-    """Never called: every shard is disabled."""
-
-    async def new_store(self, shard: Any) -> Any:
-        raise AssertionError("a disabled shard was assigned")
-
-    def new_message(self, spec: pb.JournalSpec) -> Any:
-        raise AssertionError("a disabled shard was assigned")
-
-    async def consume_message(self, *args: Any) -> None:
-        raise AssertionError("a disabled shard was assigned")
-
-    async def finalize_txn(self, *args: Any) -> None:
-        raise AssertionError("a disabled shard was assigned")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,32 +86,16 @@ async def consumer(
         await client.apply_journals(
             jc, pb.ApplyRequest(changes=[pb.ApplyRequest.Change(upsert=spec)])
         )
-        cfg = config.parse(
-            [
-                "--consumer.app", "unused:Unused",
-                "--consumer.id", "consumer-0",
-                "--consumer.host", "127.0.0.1",
-                "--consumer.http-port", "-1",
-                "--broker.address", c[0].endpoint,
-                "--etcd.address", etcd_server.endpoint,
-                "--etcd.prefix", PREFIX,
-                "--etcd.lease", "3s",
-                "--consumer.drain-timeout", "5s",
-                "--consumer.auth-keys", KEY,
-            ],
-            env={},
-        )  # fmt: skip
-        stop = asyncio.Event()
-        started: asyncio.Future[process.Serving] = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(process.serve(cfg, NoApp(), stop=stop, started=started))
+        args = consumer_testing.argv(
+            etcd=etcd_server.endpoint,
+            broker=c[0].endpoint,
+            prefix=PREFIX,
+            extra=["--consumer.auth-keys", KEY],
+        )
         try:
-            async with asyncio.timeout(30):
-                serving = await started
-            yield Endpoints(serving.endpoint, c[0].endpoint)
+            async with consumer_testing.serving(args, consumer_testing.DisabledShards()) as srv:
+                yield Endpoints(srv.endpoint, c[0].endpoint)
         finally:
-            stop.set()
-            async with asyncio.timeout(30):
-                await task
             await asyncio.to_thread(ks_testing.wipe_prefix, etcd_server.endpoint, PREFIX + "/")
 
 

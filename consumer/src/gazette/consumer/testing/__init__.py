@@ -8,7 +8,10 @@
   the brokers of :mod:`gazette.broker.testing`;
 * :func:`recovery_logs` — an in-process broker serving recovery-log journals,
   for tests of recorders, players and recorded stores; :class:`TaskShard`, the
-  little of a shard that a store uses.
+  little of a shard that a store uses;
+* :func:`serving` — a consumer process in the test's own event loop, with
+  :func:`argv` (its loopback flags) and :class:`DisabledShards` (an application
+  for processes whose Shard API alone is under test).
 
 Install with ``gazette-consumer[testing,postgres]``.
 
@@ -26,15 +29,19 @@ Usage::
             consumers.restart(0)
 """
 
+from gazette.consumer.testing.inprocess import DisabledShards, argv, serving
 from gazette.consumer.testing.logs import TaskShard, recovery_logs
 from gazette.consumer.testing.postgres import PostgresServer, PostgresStartError, pg_bin_dir
 from gazette.consumer.testing.processes import ConsumerCluster
 
 __all__ = [
     "ConsumerCluster",
+    "DisabledShards",
     "PostgresServer",
     "PostgresStartError",
     "TaskShard",
+    "argv",
     "pg_bin_dir",
     "recovery_logs",
+    "serving",
 ]
