@@ -87,7 +87,7 @@ helm: ## Build helm, kwok and kind from their Go modules into the tool cache (e2
 	@e2e/helm/build.sh "" helm kwok kind
 
 .PHONY: tools
-tools: ## Build, once, every tool the tests run (Kubernetes binaries, helm, kwok, kind, Go Gazette, the Go message/recovery-log programs, fake-gcs-server) into the tool cache outside the checkout.
+tools: ## Build, once, every tool the tests run (Kubernetes binaries, helm, kwok, kind, Go Gazette, the Go message/recovery-log/consumer programs, fake-gcs-server) into the tool cache outside the checkout.
 	@command -v go >/dev/null || { echo "make tools: no go on PATH; the tests that need Go tools will say so"; exit 0; }; \
 	  set -e; \
 	  e2e/apiserver/build.sh; \
@@ -95,6 +95,7 @@ tools: ## Build, once, every tool the tests run (Kubernetes binaries, helm, kwok
 	  broker/tests/interop/go/build.sh >/dev/null; \
 	  consumer/tests/interop/go/build.sh gazette-msg >/dev/null; \
 	  consumer/tests/interop/go/build.sh gazette-rlog >/dev/null; \
+	  consumer/tests/interop/go/build.sh gazette-consumer >/dev/null; \
 	  broker/tests/fragment/emulators/fake-gcs/build.sh >/dev/null
 
 .PHONY: apiserver

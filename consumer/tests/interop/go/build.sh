@@ -5,7 +5,10 @@
 #   gazette-msg   (main.go)      Go's go.gazette.dev/core/message publishing
 #                                and reading our journals;
 #   gazette-rlog  (rlog/main.go) Go's consumer/recoverylog recording and
-#                                playing our recovery logs.
+#                                playing our recovery logs;
+#   gazette-consumer (consumer/main.go) Go's consumer process (runconsumer)
+#                                whose shards are disabled: its Shard API and
+#                                token checks.
 #
 # Binaries go to go-gazette-msg/<hash>/<program> of the tool cache outside
 # the checkout (e2e/cache-root.sh: $GAZETTE_CACHE, else ~/.cache/gazette), where <hash> covers go.mod, go.sum, every .go file of the
@@ -18,7 +21,7 @@
 # fragments straight from a store; these programs always read through
 # brokers, which decompress.
 #
-# Usage: consumer/tests/interop/go/build.sh [gazette-msg|gazette-rlog]
+# Usage: consumer/tests/interop/go/build.sh [gazette-msg|gazette-rlog|gazette-consumer]
 #        (default gazette-msg; needs `go` on PATH)
 set -euo pipefail
 
@@ -28,7 +31,8 @@ program="${1:-gazette-msg}"
 case "$program" in
     gazette-msg) pkg="." ;;
     gazette-rlog) pkg="./rlog" ;;
-    *) echo "build.sh: unknown program $program (want gazette-msg or gazette-rlog)" >&2; exit 2 ;;
+    gazette-consumer) pkg="./consumer" ;;
+    *) echo "build.sh: unknown program $program (want gazette-msg, gazette-rlog or gazette-consumer)" >&2; exit 2 ;;
 esac
 
 go_version="$(go version)"
