@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import aetcd
 import aetcd.rpc
+import grpc
 import pytest
 
 from gazette import keyspace
@@ -257,7 +258,17 @@ async def test_watch_restarts_when_etcd_restarts(tmp_path: pathlib.Path) -> None
             second = testing.EtcdServer(work_dir=tmp_path, client_port=ports[0], peer_port=ports[1])
             await asyncio.to_thread(second.start)
 
-            rev = await put_raw(client, f"{root}/items/b", journal("b"))
+            # The client's channel may still be backing off from the outage (seen
+            # under load in CI): a put retries UNAVAILABLE, as any etcd user does.
+            async with asyncio.timeout(WAIT):
+                while True:
+                    try:
+                        rev = await put_raw(client, f"{root}/items/b", journal("b"))
+                        break
+                    except grpc.aio.AioRpcError as e:
+                        if e.code() != grpc.StatusCode.UNAVAILABLE:
+                            raise
+                        await asyncio.sleep(0.1)
             await ks.wait_for_revision(rev, timeout=WAIT)
             assert names(ks, root) == ["a", "b"]
             assert not task.done()
