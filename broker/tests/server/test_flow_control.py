@@ -176,3 +176,65 @@ async def test_driver_reads_ahead_while_a_chunk_is_applied() -> None:
     await asyncio.sleep(0)
     assert pulled == [b"ab", b"cd"]
     assert state.total_chunks == 2
+
+
+async def test_driver_reads_ahead_a_bounded_number_of_messages() -> None:
+    pulled: list[int] = []
+
+    async def source():
+        for i in range(20):
+            pulled.append(i)
+            yield Msg(b"x")
+
+    state = flow_control.FlowState()
+    state.reset(0, LIMITS, 1)
+    fc = flow_control.FlowControl(state, source())
+    assert (await fc.recv()) is not None
+    for _ in range(5):
+        await asyncio.sleep(0)
+    # The one handed over, and READ_AHEAD more: a slow append holds no more than that.
+    assert len(pulled) == 1 + flow_control.READ_AHEAD
+    got = 1
+    while await fc.recv() is not None:
+        got += 1
+    assert got == 20 and state.total_chunks == 20
+    await fc.aclose()
+
+
+async def test_an_end_or_failure_of_the_source_stays() -> None:
+    async def failing():
+        yield Msg(b"ok")
+        raise ValueError("the client sent garbage")
+
+    state = flow_control.FlowState()
+    state.reset(0, LIMITS, 1)
+    fc = flow_control.FlowControl(state, failing())
+    assert (await fc.recv()).content == b"ok"
+    for _ in range(2):
+        with pytest.raises(ValueError, match="garbage"):
+            await fc.recv()
+    await fc.aclose()
+
+    async def one():
+        yield Msg(b"only")
+
+    fc = flow_control.FlowControl(state, one())
+    assert (await fc.recv()).content == b"only"
+    assert await fc.recv() is None
+    assert await fc.recv() is None
+    await fc.aclose()
+
+
+async def test_a_cancellation_raised_by_the_source_reaches_recv() -> None:
+    # gRPC cancels an RPC whose client went away: reading it raises CancelledError.
+    async def cancelled():
+        yield Msg(b"first")
+        raise asyncio.CancelledError()
+
+    state = flow_control.FlowState()
+    state.reset(0, LIMITS, 1)
+    fc = flow_control.FlowControl(state, cancelled())
+    assert (await fc.recv()).content == b"first"
+    with pytest.raises(asyncio.CancelledError):
+        await fc.recv()
+    await fc.aclose()

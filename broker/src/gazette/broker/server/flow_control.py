@@ -18,6 +18,7 @@ state lives on the replica and carries over between consecutive appends.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -127,6 +128,10 @@ class HasContent(Protocol):
 M = TypeVar("M", bound=HasContent)
 
 
+# Messages the driver receives ahead of the one the append is applying.
+READ_AHEAD = 2
+
+
 class FlowControl(Generic[M]):
     """Reads messages of ``source`` through a :class:`FlowState`.
 
@@ -135,6 +140,13 @@ class FlowControl(Generic[M]):
     if the client stalls, or :class:`errors.Cancelled` at the first tick after
     ``aborted()`` turns true (the RPC's driver gave up on its client). ``invalidated`` is polled each tick: once true the
     maximum rate is dropped (Gazette does so on a route change).
+
+    One task per stream receives up to :data:`READ_AHEAD` messages ahead, so
+    that the transport's delivery overlaps the append's work. (A task, a timer
+    and done-callbacks per message cost about as much as the rest of the
+    driver.) The end of the source, or its failure, stays in place for every
+    later ``recv()``; a cancellation raised by the source itself (gRPC
+    cancelled the RPC) reaches ``recv()`` as one. Call :meth:`aclose` when done.
     """
 
     def __init__(
@@ -153,13 +165,17 @@ class FlowControl(Generic[M]):
         self._aborted = aborted
         self._invalidate_seen = False
         self._next_tick = clock() + QUANTUM_S
-        self._pending: asyncio.Task[M] | None = None
+        self._buffer: collections.deque[M] = collections.deque()
+        # StopAsyncIteration once the source ended, else what it raised.
+        self._end: BaseException | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._closing = False
+        # Resolved by the reader when a message or the end arrives / by recv() on room.
+        self._arrival: asyncio.Future[None] | None = None
+        self._room: asyncio.Future[None] | None = None
 
     def _millis(self) -> int:
         return int(self._clock() * 1000)
-
-    async def _next_message(self) -> M:
-        return await anext(self._source)
 
     def _tick_if_due(self) -> None:
         now = self._clock()
@@ -173,53 +189,74 @@ class FlowControl(Generic[M]):
             self._state.on_invalidate()
         self._state.on_tick(int(now * 1000))
 
+    async def _read_ahead(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                if len(self._buffer) >= READ_AHEAD:
+                    self._room = loop.create_future()
+                    await self._room
+                    continue
+                self._buffer.append(await anext(self._source))
+                _resolve(self._arrival)
+        except asyncio.CancelledError as e:
+            if self._closing:
+                raise
+            self._end = e  # The source's own: gRPC cancelled the RPC.
+        except Exception as e:  # noqa: BLE001 (kept for recv(), which raises it)
+            self._end = e
+        _resolve(self._arrival)
+
     async def recv(self) -> M | None:
         state = self._state
         msg: M | None = None
         while True:
             self._tick_if_due()
             if msg is None:
-                pending = self._pending
-                if pending is None:
-                    pending = self._pending = asyncio.ensure_future(self._next_message())
-                if not pending.done():
-                    await _wait_until(pending, max(self._next_tick - self._clock(), 0.001))
-                    if not pending.done():
-                        continue
-                self._pending = None
-                try:
-                    msg = pending.result()
-                except StopAsyncIteration:
-                    return None
-                # Read ahead: the next message is received while this one is applied.
-                self._pending = asyncio.ensure_future(self._next_message())
-                state.on_chunk(len(msg.content))
+                if self._reader is None:
+                    self._reader = asyncio.ensure_future(self._read_ahead())
+                if self._buffer:
+                    msg = self._buffer.popleft()
+                    _resolve(self._room)
+                    state.on_chunk(len(msg.content))
+                elif self._end is not None:
+                    if isinstance(self._end, StopAsyncIteration):
+                        return None
+                    if isinstance(self._end, asyncio.CancelledError):
+                        raise asyncio.CancelledError()
+                    raise self._end
+                else:
+                    self._arrival = asyncio.get_running_loop().create_future()
+                    await _wait_until(self._arrival, max(self._next_tick - self._clock(), 0.001))
+                    continue
             if state.charge == 0:
                 return msg
             await asyncio.sleep(max(self._next_tick - self._clock(), 0.001))
 
     async def aclose(self) -> None:
-        """End the read-ahead task: cancel it if in flight, and retrieve its outcome.
+        """End the read-ahead task, cancelling a receive in flight.
 
-        A read-ahead that already failed (the client hung up, or sent a message
-        the source rejects) while nobody called :meth:`recv` again must still
-        have its exception retrieved here, or asyncio reports "Task exception
-        was never retrieved" when the task is collected (seen on brokers whose
-        appends were cancelled by their clients).
+        A failure the source raised after the append stopped reading is logged
+        (at debug) rather than left to asyncio's "exception was never retrieved"
+        (seen on brokers whose appends were cancelled by their clients).
         """
-        pending, self._pending = self._pending, None
-        if pending is None:
+        reader, self._reader = self._reader, None
+        if reader is None:
             return
-        if not pending.done():
-            pending.cancel()
-            # Not ``await pending``: that would also swallow our own cancellation.
-            await asyncio.wait((pending,))
-        if pending.cancelled():
-            return
-        e = pending.exception()
-        if e is not None and not isinstance(e, StopAsyncIteration):
-            # The RPC ends on whatever stopped reading first; this failure came after.
-            log.debug("append read-ahead ended with an unused failure: %s", errors.describe(e))
+        self._closing = True
+        if not reader.done():
+            reader.cancel()
+            # Not ``await reader``: that would also swallow our own cancellation.
+            await asyncio.wait((reader,))
+        end = self._end
+        if end is not None and not isinstance(end, StopAsyncIteration | asyncio.CancelledError):
+            # The RPC ends on whatever stopped reading first; this may have come after.
+            log.debug("append read-ahead ended with a failure: %s", errors.describe(end))
+
+
+def _resolve(fut: asyncio.Future[None] | None) -> None:
+    if fut is not None and not fut.done():
+        fut.set_result(None)
 
 
 async def _wait_until(fut: asyncio.Future[Any], delay: float) -> None:
