@@ -46,7 +46,11 @@ Usage::
     pb.matches(sel, pb.label_set_ext(spec))
 
 This package imports nothing of ours but itself; everything else builds on it.
+The path postfix template evaluator loads on first use of its names (it pulls
+in the ``regex`` module, which a one-shot ``gazctl`` need not pay for).
 """
+
+from typing import TYPE_CHECKING, Any
 
 from gazette.broker.protocol.durations import (
     Duration,
@@ -109,11 +113,6 @@ from gazette.broker.protocol.labels import (
     validate_single_value_labels,
     value_of,
     values_of,
-)
-from gazette.broker.protocol.postfix_template import (
-    format_go_time,
-    render_postfix_template,
-    validate_postfix_template,
 )
 from gazette.broker.protocol.protocol_pb2 import (
     ETCD_TRANSACTION_FAILED,
@@ -328,3 +327,26 @@ __all__ = [
     "values_of",
     "within",
 ]
+
+
+if TYPE_CHECKING:
+    from gazette.broker.protocol.postfix_template import (
+        format_go_time,
+        render_postfix_template,
+        validate_postfix_template,
+    )
+
+_POSTFIX_TEMPLATE_NAMES = frozenset(
+    ("format_go_time", "render_postfix_template", "validate_postfix_template")
+)
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: the postfix template names load with their module, on first use.
+    if name in _POSTFIX_TEMPLATE_NAMES:
+        from gazette.broker.protocol import postfix_template
+
+        value = getattr(postfix_template, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

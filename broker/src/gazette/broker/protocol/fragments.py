@@ -8,9 +8,8 @@ offsets, the SHA-1 of its content and its codec, under
 from __future__ import annotations
 
 import functools
+import re
 import struct
-
-import regex
 
 from gazette.broker.protocol import protocol_pb2
 from gazette.broker.protocol.errors import ValidationError, within
@@ -142,7 +141,7 @@ def validate_fragment(f: Fragment) -> None:
         validate_path_component(f.path_postfix, 0, MAX_JOURNAL_NAME_LEN)
 
 
-_HEX_INT = regex.compile(r"[+-]?[0-9a-fA-F]+")
+_HEX_INT = re.compile(r"[+-]?[0-9a-fA-F]+")
 
 
 def _parse_hex_int64(text: str) -> int:

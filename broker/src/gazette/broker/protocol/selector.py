@@ -10,12 +10,11 @@ A name suffixed ``:prefix`` matches label values starting with the given value.
 
 from __future__ import annotations
 
-import regex
-
 from gazette.broker.protocol import protocol_pb2
 from gazette.broker.protocol.errors import ValidationError, within
 from gazette.broker.protocol.gotext import go_quote
 from gazette.broker.protocol.labels import add_value, remove, validate_labelset, values_of
+from gazette.broker.protocol.letters import LetterPattern
 
 __all__ = [
     "format_selector",
@@ -29,26 +28,27 @@ Label = protocol_pb2.Label
 LabelSet = protocol_pb2.LabelSet
 LabelSelector = protocol_pb2.LabelSelector
 
-# Go's RE2 and the `regex` module both match leftmost-first, so these behave as
-# Gazette's. `\Z` stands in for Go's `$` (Python's `$` also matches before "\n").
-_NAME = r" ?([\p{L}\p{N}\-_+/.]{2,}(?::prefix)?)"
-_VALUE = r" ?([\p{L}\p{N}\-_+/.=%]*)"
+# Go's RE2, `re` and the `regex` module all match leftmost-first, so these behave
+# as Gazette's (LetterPattern: `re` for ASCII selectors). `\Z` stands in for Go's
+# `$` (Python's `$` also matches before "\n").
+_NAME = r" ?([<LN>\-_+/.]{2,}(?::prefix)?)"
+_VALUE = r" ?([<LN>\-_+/.=%]*)"
 _SEP = r" ?(?:,|\Z)"
 _PAREN = r" ?\(([^)]+)\)"
 
-_RE_EQUAL = regex.compile(_NAME + r" ?=?=" + _VALUE + _SEP)
-_RE_NOT_EQUAL = regex.compile(_NAME + r" ?!=" + _VALUE + _SEP)
-_RE_SET_IN = regex.compile(_NAME + r" in" + _PAREN + _SEP)
-_RE_SET_NOT_IN = regex.compile(_NAME + r" not ?in" + _PAREN + _SEP)
-_RE_EXISTS = regex.compile(_NAME + _SEP)
-_RE_NOT_EXISTS = regex.compile(r" ?!" + _NAME + _SEP)
-_RE_SET_VALUE = regex.compile(_VALUE + _SEP)
+_RE_EQUAL = LetterPattern(_NAME + r" ?=?=" + _VALUE + _SEP)
+_RE_NOT_EQUAL = LetterPattern(_NAME + r" ?!=" + _VALUE + _SEP)
+_RE_SET_IN = LetterPattern(_NAME + r" in" + _PAREN + _SEP)
+_RE_SET_NOT_IN = LetterPattern(_NAME + r" not ?in" + _PAREN + _SEP)
+_RE_EXISTS = LetterPattern(_NAME + _SEP)
+_RE_NOT_EXISTS = LetterPattern(r" ?!" + _NAME + _SEP)
+_RE_SET_VALUE = LetterPattern(_VALUE + _SEP)
 
 
 def _parse_set(into: LabelSet, name: str, text: str, whole: str) -> None:
     pos = 0
     while pos != len(text):
-        m = _RE_SET_VALUE.match(text, pos)
+        m = _RE_SET_VALUE.for_text(text).match(text, pos)
         if m is None:
             raise ValidationError(
                 f"could not match {go_quote(text[pos:])} to a label selector set expression",
@@ -70,18 +70,22 @@ def parse_selector(text: str) -> LabelSelector:
     out = LabelSelector(include=LabelSet(), exclude=LabelSet())
     include, exclude = out.include, out.exclude
     pos, n = 0, len(text)
+    equal, not_equal, set_in, set_not_in, exists, not_exists = (
+        p.for_text(text)
+        for p in (_RE_EQUAL, _RE_NOT_EQUAL, _RE_SET_IN, _RE_SET_NOT_IN, _RE_EXISTS, _RE_NOT_EXISTS)
+    )
     while pos != n:
-        if m := _RE_EQUAL.match(text, pos):
+        if m := equal.match(text, pos):
             add_value(include, m.group(1), m.group(2))
-        elif m := _RE_NOT_EQUAL.match(text, pos):
+        elif m := not_equal.match(text, pos):
             add_value(exclude, m.group(1), m.group(2))
-        elif m := _RE_SET_IN.match(text, pos):
+        elif m := set_in.match(text, pos):
             _parse_set(include, m.group(1), m.group(2), text[pos:])
-        elif m := _RE_SET_NOT_IN.match(text, pos):
+        elif m := set_not_in.match(text, pos):
             _parse_set(exclude, m.group(1), m.group(2), text[pos:])
-        elif m := _RE_EXISTS.match(text, pos):
+        elif m := exists.match(text, pos):
             add_value(include, m.group(1), "")
-        elif m := _RE_NOT_EXISTS.match(text, pos):
+        elif m := not_exists.match(text, pos):
             add_value(exclude, m.group(1), "")
         else:
             raise ValidationError(

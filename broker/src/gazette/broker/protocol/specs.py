@@ -34,7 +34,6 @@ from gazette.broker.protocol.labels import (
     validate_single_value_labels,
     values_of,
 )
-from gazette.broker.protocol.postfix_template import validate_postfix_template
 from gazette.broker.protocol.tokens import (
     TOKEN_SYMBOLS,
     split_meta,
@@ -186,8 +185,12 @@ def validate_spec_fragment(m: _pb.JournalSpec.Fragment) -> None:
             f"invalid FlushInterval ({format_duration_nanos(flush)}; expected >= "
             f"{format_duration_nanos(MIN_FLUSH_INTERVAL)})"
         )
-    with within("PathPostfixTemplate"):
-        validate_postfix_template(m.path_postfix_template)
+    if m.path_postfix_template:
+        # Imported here: most specs have no template (see the package docstring).
+        from gazette.broker.protocol.postfix_template import validate_postfix_template
+
+        with within("PathPostfixTemplate"):
+            validate_postfix_template(m.path_postfix_template)
 
 
 _FLAGS = frozenset({_pb.JournalSpec.NOT_SPECIFIED, _pb.JournalSpec.O_RDONLY,

@@ -7,9 +7,8 @@ below ``#`` (the etcd key separator).
 
 from __future__ import annotations
 
-import regex
-
 from gazette.broker.protocol.errors import ValidationError, within
+from gazette.broker.protocol.letters import LetterPattern
 
 __all__ = [
     "MAX_JOURNAL_NAME_LEN",
@@ -32,11 +31,13 @@ PATH_SYMBOLS = TOKEN_SYMBOLS + "=%"
 MIN_JOURNAL_NAME_LEN = 4
 MAX_JOURNAL_NAME_LEN = 512
 
-_SYMBOL_CLASS = {
-    sym: r"[\p{L}\p{N}" + regex.escape(sym, special_only=False) + "]*"
-    for sym in (TOKEN_SYMBOLS, PATH_SYMBOLS)
-}
-_TOKEN_RE = {sym: regex.compile(pat) for sym, pat in _SYMBOL_CLASS.items()}
+
+def _token_pattern(symbols: str) -> LetterPattern:
+    # Every character escaped, as a class member: '-' and ']' are never a range or an end.
+    return LetterPattern("[<LN>" + "".join("\\" + c for c in symbols) + "]*")
+
+
+_TOKEN_RE = {sym: _token_pattern(sym) for sym in (TOKEN_SYMBOLS, PATH_SYMBOLS)}
 
 
 def _utf8_len(value: str) -> int:
@@ -49,10 +50,8 @@ def validate_token(value: str, min_len: int, max_len: int, symbols: str = TOKEN_
     n = _utf8_len(value)
     if n < min_len or n > max_len:
         raise ValidationError(f"invalid length ({n}; expected {min_len} <= length <= {max_len})")
-    pattern = _TOKEN_RE.get(symbols)
-    if pattern is None:
-        pattern = regex.compile(r"[\p{L}\p{N}" + regex.escape(symbols, special_only=False) + "]*")
-    if pattern.fullmatch(value) is None:
+    pattern = _TOKEN_RE.get(symbols) or _token_pattern(symbols)
+    if pattern.for_text(value).fullmatch(value) is None:
         raise ValidationError(f"not a valid token ({value})")
 
 
