@@ -157,3 +157,21 @@ def test_parse_uuid_errors(text: str, err: str) -> None:
     with pytest.raises(errors.InvalidUUID) as exc:
         message.parse_uuid(text)
     assert str(exc.value) == err
+
+
+def test_uuid_texts_are_those_of_ticking_build_uuid() -> None:
+    producer = uuids.new_producer_id()
+    for flags in (uuids.Flags.OUTSIDE_TXN, uuids.Flags.ACK_TXN, 0x3FF):
+        for start in (
+            uuids.Clock.from_unix_ns(1_700_000_000_123_456_789).value + 7,  # Sequence bits set.
+            (0xFFFFFFFF - 25 * 10) << 4,  # time_low wraps within the run.
+            ((1 << 64) - 1) - 40 * uuids.CLOCK_TICK,  # The whole clock wraps too.
+        ):
+            texts = uuids.uuid_texts(producer, flags, start, 60)
+            clock = uuids.Clock(start - uuids.CLOCK_TICK)
+            want = [
+                str(uuids.build_uuid(producer, clock.tick(), flags)).encode() for _ in range(60)
+            ]
+            assert texts == want
+    with pytest.raises(ValueError, match="flags"):
+        uuids.uuid_texts(producer, 0x400, 0, 1)

@@ -28,7 +28,11 @@ __all__ = ["gazctl", "main"]
         "shards": lazy.Command(
             "gazette.gazctl.shards:group",
             "Interact with consumer shards: list, apply, edit, recover, prune, unassign.",
-        )
+        ),
+        "attach-uuids": lazy.Command(
+            "gazette.gazctl.attach_uuids:attach_uuids_cmd",
+            "Generate and attach UUIDs to text input records.",
+        ),
     },
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )

@@ -39,6 +39,7 @@ from gazette.broker.protocol.durations import duration_nanos, format_duration_na
 from gazette.broker.protocol.errors import ValidationError
 
 __all__ = [
+    "GoTemplate",
     "compile_template",
     "format_go_time",
     "render_postfix_template",
@@ -580,3 +581,48 @@ def render_postfix_template(
     if template == "":
         return ""
     return _render(compile_template(template), _data(spec, fragment, first_append_time, registers))
+
+
+class GoTemplate:
+    """A template of the same restricted language over other data (``gazctl attach-uuids``).
+
+    ``data`` maps field names to strings, numbers, datetimes or nested maps.
+    Errors name the template ``name`` as Go's text/template names its
+    templates ("template: root:1: ...").
+    """
+
+    def __init__(self, text: str, name: str) -> None:
+        self.name = name
+        try:
+            self._parts = compile_template(text)
+        except ValidationError as e:
+            raise self._renamed(e) from None
+
+    def layout(self, names: frozenset[str]) -> tuple[str, ...] | None:
+        """The template as alternating literal text and field names, if it is that simple.
+
+        Parts at even indices are literals, at odd ones names of ``names``
+        (plain top-level fields such as ``{{.Line}}``): a caller may then fill
+        them in itself, which is much faster than :meth:`render`. None if the
+        template holds anything else (a nested field, a method call, ...).
+        """
+        out: list[str] = [""]
+        for part in self._parts:
+            if isinstance(part, str):
+                out[-1] += part
+            elif len(part.path) == 1 and not part.args and part.path[0] in names:
+                out += [part.path[0], ""]
+            else:
+                return None
+        return tuple(out)
+
+    def render(self, data: Mapping[str, Any]) -> str:
+        try:
+            return _render(self._parts, data)
+        except ValidationError as e:
+            raise self._renamed(e) from None
+
+    def _renamed(self, e: ValidationError) -> ValidationError:
+        reason = e.reason.replace("template: postfix:", f"template: {self.name}:", 1)
+        reason = reason.replace('executing "postfix"', f'executing "{self.name}"', 1)
+        return ValidationError(reason, e.context)
