@@ -199,14 +199,14 @@ async def test_a_hole_below_the_head_asks_for_a_listing_and_a_read_waits_for_it(
 
     task = asyncio.create_task(ix.query(read(0)))  # Not blocking: it waits for the listing.
     await asyncio.sleep(0.05)
-    assert asked == [0] and not task.done()
+    assert asked == [100] and not task.done()  # The hole ends where the spool begins.
     ix.replace_remote(cover_set.CoverSet([remote(0, 100, int(NOW))]))
     resp, _ = await asyncio.wait_for(task, 5)
     assert (resp.status, resp.offset, resp.fragment.end) == (pb.OK, 0, 100)
 
     # A read at the head (no fragment past it) asks for nothing.
     resp, _ = await ix.query(read(150))
-    assert resp.status == pb.OFFSET_NOT_YET_AVAILABLE and asked == [0]
+    assert resp.status == pb.OFFSET_NOT_YET_AVAILABLE and asked == [100]
 
 
 async def test_a_hole_read_answers_when_no_listing_comes() -> None:
@@ -220,7 +220,7 @@ async def test_a_hole_read_answers_when_no_listing_comes() -> None:
     ix.spool_commit(local(100, 150))
     started = asyncio.get_running_loop().time()
     resp, _ = await ix.query(read(10))
-    assert resp.status == pb.OFFSET_NOT_YET_AVAILABLE and waits == [10, 10]
+    assert resp.status == pb.OFFSET_NOT_YET_AVAILABLE and waits == [100, 100]
     assert asyncio.get_running_loop().time() - started >= 0.2
 
     # An owner that asked for no listing (backing off) gets its answer at once.

@@ -44,8 +44,9 @@ class Index:
 
     ``signer`` signs URLs of persisted fragments into read responses (None:
     no URL). ``clock`` returns Unix seconds; tests inject it to age fragments.
-    ``on_hole`` is called with the offset when a query finds no fragment there
-    although the index reaches past it: content this broker never held (it
+    ``on_hole`` is called when a query finds no fragment at its offset although
+    the index reaches past it, with the offset where that hole ends (reads of
+    one hole at different offsets name it alike): content this broker never held (it
     joined the journal's replicas later, or missed a roll) that other brokers
     may have persisted since the last listing, so the owner may list the stores
     now rather than at the next refresh interval; it returns whether it asked
@@ -113,7 +114,7 @@ class Index:
                     resp.fragment_url = self._signer(frag.spec, READ_URL_TTL)
                 return resp, frag.file
 
-            listing = ind != len(s) and self._on_hole is not None and self._on_hole(offset)
+            listing = ind != len(s) and self._on_hole is not None and self._on_hole(s[ind].begin)
             if listing and not req.block and not waited_for_listing:
                 waited_for_listing = True
                 with contextlib.suppress(TimeoutError):

@@ -119,8 +119,8 @@ class Replica:
         self.listed_at = -1.0
         # A head gap seen by the primary: ((spool end, index end), first seen at).
         self._head_gap: tuple[tuple[int, int], float] | None = None
-        # Listings asked for by reads of a hole below the write head: the hole's
-        # offset, the back-off before the next such listing, and when it may start.
+        # Listings asked for by reads of a hole below the write head: where the hole
+        # ends, the back-off before the next such listing, and when it may start.
         self._hole: tuple[int, float, float] | None = None
 
     def __repr__(self) -> str:
@@ -193,8 +193,8 @@ class Replica:
         if broken:
             self.request_flush()
 
-    def _on_hole(self, offset: int) -> bool:
-        """A read found no fragment at ``offset``, below the write head: list the stores.
+    def _on_hole(self, hole_end: int) -> bool:
+        """A read found a hole (ending at ``hole_end``) below the write head: list the stores.
 
         A broker that joined the journal's replicas holds only what was appended
         since; what came before was persisted by the earlier members, but this
@@ -205,7 +205,7 @@ class Replica:
         on its way to the store.
         """
         now = self._clock()
-        if self._hole is not None and self._hole[0] == offset:
+        if self._hole is not None and self._hole[0] == hole_end:
             _, backoff, not_before = self._hole
             if now < not_before:
                 return False
@@ -214,7 +214,7 @@ class Replica:
             backoff = min(backoff * 2, max(ceiling, HOLE_LISTING_BACKOFF))
         else:
             backoff = HOLE_LISTING_BACKOFF
-        self._hole = (offset, backoff, now + backoff)
+        self._hole = (hole_end, backoff, now + backoff)
         self.refresh_now()
         return True
 
