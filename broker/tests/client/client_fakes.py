@@ -38,7 +38,9 @@ class FakeBroker(pb_grpc.JournalServicer):
         self.specs: dict[str, pb.JournalSpec] = {}
         self.fragment_size = fragment_size
         self.chunk_size = chunk_size
-        self.append_outcomes: list[int | grpc.StatusCode] = []
+        # A pb.Status to answer, a grpc.StatusCode to fail with ("injected failure"),
+        # or a (grpc.StatusCode, details) pair.
+        self.append_outcomes: list[int | grpc.StatusCode | tuple[grpc.StatusCode, str]] = []
         self.appends: list[tuple[str, bytes]] = []
         self.append_requests: list[pb.AppendRequest] = []
         self.read_requests: list[pb.ReadRequest] = []
@@ -88,6 +90,8 @@ class FakeBroker(pb_grpc.JournalServicer):
             outcome = self.append_outcomes.pop(0)
             if isinstance(outcome, grpc.StatusCode):
                 await context.abort(outcome, "injected failure")
+            if isinstance(outcome, tuple):
+                await context.abort(*outcome)
             return pb.AppendResponse(status=outcome, header=self.header(), registers=pb.LabelSet())
         journal = first.journal
         if self.specs and journal not in self.specs:

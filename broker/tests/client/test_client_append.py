@@ -162,3 +162,18 @@ async def test_head_gap_raises_unless_asked_to_wait(
     resp = await client.append(jc, "a/journal", b"data", through_head_gaps=True)
     assert resp.commit.end == 4 and len(clock.sleeps) == 2
     assert sum("INDEX_HAS_GREATER_OFFSET" in r.getMessage() for r in caplog.records) == 2
+
+
+async def test_a_call_cut_off_with_its_connection_is_retried(
+    fake: FakeBroker, jc: client.JournalClient, clock: InstantClock
+) -> None:
+    # grpc-core ends a call whose broker died mid-send with INTERNAL "Internal error
+    # from Core" (Go's gRPC: UNAVAILABLE): retried, unlike a broker's own INTERNAL.
+    fake.append_outcomes = [(grpc.StatusCode.INTERNAL, "Internal error from Core")]
+    resp = await client.append(jc, "a/journal", b"data")
+    assert resp.commit.end == 4 and len(clock.sleeps) == 1
+
+    fake.append_outcomes = [(grpc.StatusCode.INTERNAL, "a bug")]
+    with pytest.raises(errors.TransportError) as info:
+        await client.append(jc, "a/journal", b"data")
+    assert info.value.code == grpc.StatusCode.INTERNAL

@@ -37,6 +37,7 @@ from __future__ import annotations
 import grpc
 
 from gazette.broker import protocol as pb
+from gazette.broker.protocol import dial
 
 __all__ = [
     "ClientError",
@@ -228,8 +229,8 @@ class TransportError(ClientError):
 def transport_error(
     e: grpc.aio.AioRpcError, *, method: str = "", address: str = ""
 ) -> TransportError:
-    """Wrap a grpc.aio error (raise the result ``from e``)."""
-    return TransportError(e.code(), e.details() or "", method=method, address=address)
+    """Wrap a grpc.aio error (raise the result ``from e``), its code as :func:`dial.rpc_code` reads it."""
+    return TransportError(dial.rpc_code(e), e.details() or "", method=method, address=address)
 
 
 class ProtocolViolation(ClientError):

@@ -62,6 +62,7 @@ __all__ = [
     "client_ssl_context",
     "credentials",
     "listen",
+    "rpc_code",
     "server",
     "server_ssl_context",
 ]
@@ -186,6 +187,25 @@ def channel(endpoint: str, config: DialConfig = DialConfig()) -> grpc.aio.Channe
         root_certificates=ca, private_key=key, certificate_chain=cert
     )
     return grpc.aio.secure_channel(target, creds, options=options)
+
+
+# What grpc-core says of a call cut off with its connection when no status came
+# (a peer killed while the call was sending).
+_CORE_TRANSPORT_FAILURE = "Internal error from Core"
+
+
+def rpc_code(e: grpc.RpcError) -> grpc.StatusCode:
+    """The status code of a failed call, as Gazette's Go peers would see it.
+
+    grpc-core ends a call whose connection broke mid-send with INTERNAL
+    "Internal error from Core" where Go's gRPC says UNAVAILABLE (seen in the
+    chaos suite's SIGKILLs, between brokers and at clients): it is read as
+    UNAVAILABLE, which clients retry, rather than as a server's own failure.
+    """
+    code: grpc.StatusCode = e.code()
+    if code == grpc.StatusCode.INTERNAL and e.details() == _CORE_TRANSPORT_FAILURE:
+        return grpc.StatusCode.UNAVAILABLE
+    return code
 
 
 def credentials(auth_keys: str = "", auth_token: str = "") -> auth.Authorizer:

@@ -32,7 +32,7 @@ import grpc
 from gazette import keyspace, task
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import errors as frag_errors
-from gazette.broker.protocol import auth
+from gazette.broker.protocol import auth, dial
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 from gazette.broker.server import (
     append_fsm,
@@ -169,7 +169,8 @@ class JournalServicer(pb2_grpc.JournalServicer):
             # A proxied call failed: relay the peer's outcome.
             metrics.server_completed.inc(op, "<error>")
             log.warning("proxied %s RPC failed: %s", op, e.details())
-            await context.abort(e.code(), e.details() or e.code().name)
+            code = dial.rpc_code(e)
+            await context.abort(code, e.details() or code.name)
             raise  # Not reached: abort raises.
         except _EXPECTED_ERRORS as e:
             metrics.server_completed.inc(op, "<error>")

@@ -50,6 +50,7 @@ import grpc
 
 from gazette import keyspace
 from gazette.broker import protocol as pb
+from gazette.broker.protocol import dial
 
 
 class BrokerServerError(Exception):
@@ -183,7 +184,8 @@ def grpc_status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     if isinstance(exc, TimeoutError):
         return grpc.StatusCode.DEADLINE_EXCEEDED, "context deadline exceeded"
     if isinstance(exc, grpc.aio.AioRpcError):
-        return exc.code(), exc.details() or exc.code().name
+        code = dial.rpc_code(exc)
+        return code, exc.details() or code.name
     details = describe(exc)
     if isinstance(exc, pb.AuthorizationError):
         # Gazette answers every refusal so, a missing capability included.
