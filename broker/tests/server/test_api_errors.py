@@ -72,6 +72,29 @@ def test_peer_failure_is_unavailable_and_names_the_peer() -> None:
             "etcd down",
         ),
         (REFUSED, grpc.StatusCode.UNAVAILABLE, "connection refused"),
+        # A broker stopping, or a replica stopped under the RPC: clients retry elsewhere.
+        (
+            errors.ResolverStopped(),
+            grpc.StatusCode.UNAVAILABLE,
+            "resolver has stopped serving local replicas",
+        ),
+        (errors.ReplicaStopped("a/b"), grpc.StatusCode.UNAVAILABLE, "replica of a/b was stopped"),
+        (
+            errors.ResolutionError("ClusterId doesn't match"),
+            grpc.StatusCode.UNKNOWN,
+            "ClusterId doesn't match",
+        ),
+        # grpc-core's word for a call cut off with its connection.
+        (
+            grpc.aio.AioRpcError(
+                grpc.StatusCode.INTERNAL,
+                grpc.aio.Metadata(),
+                grpc.aio.Metadata(),
+                "Internal error from Core",
+            ),
+            grpc.StatusCode.UNAVAILABLE,
+            "Internal error from Core",
+        ),
         (pb.ValidationError("bad"), grpc.StatusCode.UNKNOWN, "bad"),
         (
             pb.AuthorizationError("authorization is missing required READ capability"),

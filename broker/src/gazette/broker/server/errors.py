@@ -11,7 +11,8 @@ Hierarchy::
     ├── FlowControlUnderflow          client didn't sustain the minimum append rate
     ├── MessageTooLarge               a request over --broker.max-grpc-recv-size
     ├── PipelineError                 a replication peer failed or disagreed
-    ├── ResolutionError               header from a foreign cluster / process, or stopping
+    ├── ResolutionError               header from a foreign cluster / process
+    │   └── ResolverStopped           this broker is stopping: it serves no local replica
     ├── Cancelled                     the client went away mid-RPC
     ├── ReplicaStopped                the local replica was shut down under the RPC
     └── LeaseInDoubt                  etcd unreachable past our lease: no writes served
@@ -27,7 +28,8 @@ exception                                          gRPC code
 ``TimeoutError``                                   ``DEADLINE_EXCEEDED``
 ``pb.AuthorizationError`` (a refused token)        ``UNAUTHENTICATED``
 :class:`MessageTooLarge`                           ``RESOURCE_EXHAUSTED``
-:class:`PipelineError`, :class:`LeaseInDoubt`      ``UNAVAILABLE``
+:class:`PipelineError`, :class:`LeaseInDoubt`,     ``UNAVAILABLE``
+:class:`ResolverStopped`, :class:`ReplicaStopped`
 an etcd ``INVALID_ARGUMENT`` (e.g. a txn too big)  ``INVALID_ARGUMENT``
 a gRPC error of a peer                             the peer's code
 anything else (validation, stream framing, ...)    ``UNKNOWN``
@@ -36,7 +38,10 @@ anything else (validation, stream framing, ...)    ``UNKNOWN``
 Gazette returns plain Go errors, which reach clients as ``UNKNOWN`` with the
 error text; we keep that for validation and framing errors, so Go clients see
 the same thing from us as from a Go broker, and give a specific code where a
-client acts on it (retry, or shrink its request). Details are always short
+client acts on it (retry, or shrink its request): a broker that is stopping, or
+whose replica stopped under the RPC, answers ``UNAVAILABLE`` (Gazette: an
+``UNKNOWN`` text) so that a client retries on the journal's new route, as it
+would if the broker were gone. Details are always short
 text: :func:`describe` renders a gRPC error as ``CODE: details``, never as the
 multi-line ``AioRpcError`` repr (which a tester found relayed to clients).
 """
@@ -117,6 +122,13 @@ class ResolutionError(BrokerServerError):
     """A request header doesn't belong to this cluster or process."""
 
 
+class ResolverStopped(ResolutionError):
+    """This broker is stopping: it no longer serves its local replicas."""
+
+    def __init__(self) -> None:
+        super().__init__("resolver has stopped serving local replicas")
+
+
 class Cancelled(BrokerServerError):
     """The RPC's client went away (or a pulse ran out of time) before it finished."""
 
@@ -192,7 +204,7 @@ def grpc_status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.UNAUTHENTICATED, details
     if isinstance(exc, MessageTooLarge):
         return grpc.StatusCode.RESOURCE_EXHAUSTED, details
-    if isinstance(exc, PipelineError | LeaseInDoubt):
+    if isinstance(exc, PipelineError | LeaseInDoubt | ResolverStopped | ReplicaStopped):
         return grpc.StatusCode.UNAVAILABLE, details
     if isinstance(exc, keyspace.errors.EtcdError) and exc.code == "INVALID_ARGUMENT":
         return grpc.StatusCode.INVALID_ARGUMENT, details

@@ -163,7 +163,7 @@ class Resolver:
             process_id = local_id
         ours = process_id is not None and is_local(process_id)
         if ours and self._stopped:
-            raise errors.ResolutionError("resolver has stopped serving local replicas")
+            raise errors.ResolverStopped()
         replica = None if self._stopped else self.replicas.get(journal)
 
         if spec is None:
