@@ -204,3 +204,28 @@ async def test_race_gives_back_what_it_got_when_cancelled() -> None:
     with pytest.raises(asyncio.CancelledError):
         await race
     assert slot.get_nowait() == "spool"
+
+
+def _rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+
+
+@pytest.mark.parametrize(
+    ("peer", "relayed"),
+    [
+        # The broker proxied to was stopping: our client, who did not cancel, retries.
+        ((grpc.StatusCode.CANCELLED, "CANCELLED"), (grpc.StatusCode.UNAVAILABLE, "CANCELLED")),
+        (
+            (grpc.StatusCode.INTERNAL, "Internal error from Core"),
+            (grpc.StatusCode.UNAVAILABLE, "Internal error from Core"),
+        ),
+        ((grpc.StatusCode.NOT_FOUND, "nope"), (grpc.StatusCode.NOT_FOUND, "nope")),
+    ],
+)
+async def test_edge_relays_a_proxied_failure_as_a_client_should_act_on_it(
+    peer: tuple[grpc.StatusCode, str], relayed: tuple[grpc.StatusCode, str]
+) -> None:
+    ctx = FakeContext()
+    with pytest.raises(grpc.aio.AbortError):
+        await _servicer()._edge("Append", ctx, 0, _fails(_rpc_error(*peer)), metrics.Outcome())  # type: ignore[arg-type]
+    assert ctx.aborted == relayed

@@ -170,6 +170,10 @@ class JournalServicer(pb2_grpc.JournalServicer):
             metrics.server_completed.inc(op, "<error>")
             log.warning("proxied %s RPC failed: %s", op, e.details())
             code = dial.rpc_code(e)
+            if code == grpc.StatusCode.CANCELLED and not context.cancelled():
+                # The broker proxied to cancelled it (it was stopping), not our client,
+                # who would not retry a CANCELLED (twice in the chaos suite's SIGTERM runs).
+                code = grpc.StatusCode.UNAVAILABLE
             await context.abort(code, e.details() or code.name)
             raise  # Not reached: abort raises.
         except _EXPECTED_ERRORS as e:
