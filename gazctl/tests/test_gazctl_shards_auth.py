@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from gazette.broker import client, testing
 from gazette.broker import protocol as pb
+from gazette.broker import testing
 from gazette.broker.protocol import auth
 from gazette.broker.server import testing as server_testing
 from gazette.consumer import protocol as pc
@@ -70,15 +70,13 @@ class Env:
 
 @pytest.fixture
 async def env(etcd_server: ks_testing.EtcdServer, tmp_path: pathlib.Path) -> AsyncIterator[Env]:
-    async with (
-        server_testing.InProcessCluster(etcd_server.endpoint, work_dir=tmp_path, brokers=1) as c,
-        client.JournalClient(client.ClientConfig(address=c[0].endpoint)) as jc,
-    ):
-        spec = testing.journal_spec(
-            SOURCE, labels=[(pb.LABEL_CONTENT_TYPE, pb.CONTENT_TYPE_JSON_LINES)]
-        )
-        await client.apply_journals(
-            jc, pb.ApplyRequest(changes=[pb.ApplyRequest.Change(upsert=spec)])
+    async with server_testing.InProcessCluster(
+        etcd_server.endpoint, work_dir=tmp_path, brokers=1
+    ) as c:
+        await c.apply(
+            testing.journal_spec(
+                SOURCE, labels=[(pb.LABEL_CONTENT_TYPE, pb.CONTENT_TYPE_JSON_LINES)]
+            )
         )
         args = consumer_testing.argv(
             etcd=etcd_server.endpoint,

@@ -27,8 +27,8 @@ from collections.abc import AsyncIterator
 import interop_go
 import pytest
 
-from gazette.broker import client, testing
 from gazette.broker import protocol as pb
+from gazette.broker import testing
 from gazette.broker.protocol import auth
 from gazette.broker.server import testing as server_testing
 from gazette.consumer import testing as consumer_testing
@@ -79,17 +79,15 @@ def go_gazctl() -> pathlib.Path:
 @pytest.fixture
 async def consumer(
     etcd_server: ks_testing.EtcdServer, tmp_path: pathlib.Path
-) -> AsyncIterator[str]:
-    """Our consumer process requiring tokens of KEY; yields its endpoint."""
-    async with (
-        server_testing.InProcessCluster(etcd_server.endpoint, work_dir=tmp_path, brokers=1) as c,
-        client.JournalClient(client.ClientConfig(address=c[0].endpoint)) as jc,
-    ):
-        spec = testing.journal_spec(
-            SOURCE, labels=[(pb.LABEL_CONTENT_TYPE, pb.CONTENT_TYPE_JSON_LINES)]
-        )
-        await client.apply_journals(
-            jc, pb.ApplyRequest(changes=[pb.ApplyRequest.Change(upsert=spec)])
+) -> AsyncIterator[Endpoints]:
+    """Our consumer process requiring tokens of KEY, and its broker."""
+    async with server_testing.InProcessCluster(
+        etcd_server.endpoint, work_dir=tmp_path, brokers=1
+    ) as c:
+        await c.apply(
+            testing.journal_spec(
+                SOURCE, labels=[(pb.LABEL_CONTENT_TYPE, pb.CONTENT_TYPE_JSON_LINES)]
+            )
         )
         args = consumer_testing.argv(
             etcd=etcd_server.endpoint,
@@ -207,15 +205,13 @@ async def go_consumer(
     go_consumer_binary: pathlib.Path, etcd_server: ks_testing.EtcdServer, tmp_path: pathlib.Path
 ) -> AsyncIterator[Endpoints]:
     """Gazette's consumer process (v0.103) requiring tokens of KEY, and its broker."""
-    async with (
-        server_testing.InProcessCluster(etcd_server.endpoint, work_dir=tmp_path, brokers=1) as c,
-        client.JournalClient(client.ClientConfig(address=c[0].endpoint)) as jc,
-    ):
-        spec = testing.journal_spec(
-            SOURCE, labels=[(pb.LABEL_CONTENT_TYPE, pb.CONTENT_TYPE_JSON_LINES)]
-        )
-        await client.apply_journals(
-            jc, pb.ApplyRequest(changes=[pb.ApplyRequest.Change(upsert=spec)])
+    async with server_testing.InProcessCluster(
+        etcd_server.endpoint, work_dir=tmp_path, brokers=1
+    ) as c:
+        await c.apply(
+            testing.journal_spec(
+                SOURCE, labels=[(pb.LABEL_CONTENT_TYPE, pb.CONTENT_TYPE_JSON_LINES)]
+            )
         )
         port = ks_testing.free_port()
         endpoint = f"http://127.0.0.1:{port}"

@@ -35,6 +35,7 @@ from typing import Any
 
 import grpc
 
+from gazette.broker import client
 from gazette.broker import protocol as pb
 from gazette.broker.protocol import dial
 from gazette.broker.server import config, process
@@ -182,6 +183,13 @@ class InProcessCluster:
         for b in self.brokers:
             await b.kill()
         await asyncio.to_thread(ks_testing.wipe_prefix, self.etcd_endpoint, self.etcd_prefix + "/")
+
+    async def apply(self, *specs: pb.JournalSpec) -> None:
+        """Create (or update) the journals of ``specs`` through broker 0."""
+        async with client.JournalClient(client.ClientConfig(address=self[0].endpoint)) as jc:
+            await client.apply_journals(
+                jc, pb.ApplyRequest(changes=[pb.ApplyRequest.Change(upsert=s) for s in specs])
+            )
 
     def channel(self, i: int = 0) -> grpc.aio.Channel:
         """A channel to broker ``i`` (use as ``async with``)."""
