@@ -47,6 +47,14 @@ def _stored_ends(cluster: testing.BrokerCluster, name: str) -> set[int]:
     return {int(p.name.split("-")[1], 16) for p in (cluster.file_root / name).glob("*.raw")}
 
 
+async def _stored(cluster: testing.BrokerCluster, name: str, end: int, within: float = 30) -> None:
+    """Wait until the store holds a fragment of ``name`` ending at ``end``."""
+    deadline = time.monotonic() + within
+    while end not in _stored_ends(cluster, name):
+        assert time.monotonic() < deadline, _stored_ends(cluster, name)
+        await asyncio.sleep(0.1)
+
+
 @dataclasses.dataclass
 class Tally:
     acked: dict[tuple[int, int], tuple[int, int]] = dataclasses.field(default_factory=dict)
@@ -251,10 +259,7 @@ async def test_proposal_mismatch_reported_to_a_replicate_client(
         primary = route.members[route.primary]
         replica = route.members[1 - route.primary]
         cluster.kill(next(i for i, b in enumerate(cluster.brokers) if b.id == primary))
-        deadline = time.monotonic() + 30
-        while 10 not in _stored_ends(cluster, name):
-            assert time.monotonic() < deadline, _stored_ends(cluster, name)
-            await asyncio.sleep(0.1)
+        await _stored(cluster, name, 10)
 
         req = pb.ReplicateRequest(
             header=header,
@@ -310,10 +315,7 @@ async def test_a_roll_of_a_pipeline_synchronisation_is_stored_at_once(
         # The replica's stream broke with its primary: it stores [0, 10) at once (grpc.aio
         # reads a dropped connection as EOF before it cancels the stream; that was
         # once taken for the primary's clean close, leaving the copy in the spool).
-        deadline = time.monotonic() + 30
-        while 10 not in _stored_ends(cluster, name):
-            assert time.monotonic() < deadline, _stored_ends(cluster, name)
-            await asyncio.sleep(0.1)
+        await _stored(cluster, name, 10)
 
         header.process_id.CopyFrom(replica)
         registers = pb.LabelSet()
@@ -360,10 +362,7 @@ async def test_a_roll_of_a_pipeline_synchronisation_is_stored_at_once(
                     header=header, proposal=frag(13, 13), registers=registers, acknowledge=True
                 ),
             )
-            deadline = time.monotonic() + 30
-            while 13 not in _stored_ends(cluster, name):
-                assert time.monotonic() < deadline, _stored_ends(cluster, name)
-                await asyncio.sleep(0.1)
+            await _stored(cluster, name, 13)
 
             # A roll amid the stream's appends waits out the replica delay.
             await call.write(pb.ReplicateRequest(content=b"de", content_delta=0))
