@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import gc
 from pathlib import Path
 
 import pytest
@@ -229,3 +230,21 @@ async def test_failures_retry_and_stop_drains() -> None:
     assert sorted(b - a for a, b, _ in uploads.done) == [7, 9]
     assert uploads.attempts >= 3
     assert p.queued == 0
+
+
+async def test_a_spool_completed_as_the_persister_is_cancelled_is_dropped_cleanly() -> None:
+    # A broker killed in-process cancels its persister; its replicas still roll their
+    # spools on the way out. Nothing may be left as a never-awaited upload coroutine
+    # (the tests' unraisable-warning check caught that once in CI).
+    uploads = Uploads()
+    p = make_persister(uploads, 3600, {JOURNAL: journal_spec("file:///s/")})
+    serving = asyncio.create_task(p.serve())
+    await asyncio.sleep(0)
+    first = await completed_spool([b"abc"], primary=False)
+    p.spool_complete(first, False)  # Waits out the replica delay, then is cancelled.
+    serving.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await serving
+    p.spool_complete(await completed_spool([b"abcdef"]), True)  # After: kept, never run.
+    gc.collect()
+    assert uploads.done == []

@@ -143,8 +143,21 @@ class Persister:
         self._idle.clear()
         if self._tg is None:
             self._early.append((sp, primary))
-        else:
-            self._tg.create_task(self._upload(sp, primary), name=f"persist {sp.journal}")
+            return
+        upload = self._upload(sp, primary)
+        try:
+            self._tg.create_task(upload, name=f"persist {sp.journal}")
+        except RuntimeError:
+            # The task group is shutting down: serve() was cancelled (the process is
+            # being killed), which drops what is not stored, as a SIGKILL would.
+            upload.close()
+            self._pending -= 1
+            log.warning(
+                "persister stopped: fragment [%d, %d) of %s not stored here",
+                sp.begin,
+                sp.end,
+                sp.journal,
+            )
 
     def hurry(self) -> None:
         """Start every delayed upload now, and every later one at once."""
@@ -159,16 +172,18 @@ class Persister:
 
     async def serve(self) -> None:
         """Run uploads until :meth:`stop`, then finish every one of them."""
-        async with asyncio.TaskGroup() as tg:
-            self._tg = tg
-            early, self._early = self._early, []
-            for sp, primary in early:
-                tg.create_task(self._upload(sp, primary), name=f"persist {sp.journal}")
-            await self._stopping.wait()
-            if self._pending:
-                log.warning("persisting %d completed spools before exiting", self._pending)
-            tg.create_task(self._report_drain(), name="persister drain progress")
-        self._tg = None
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                early, self._early = self._early, []
+                for sp, primary in early:
+                    tg.create_task(self._upload(sp, primary), name=f"persist {sp.journal}")
+                await self._stopping.wait()
+                if self._pending:
+                    log.warning("persisting %d completed spools before exiting", self._pending)
+                tg.create_task(self._report_drain(), name="persister drain progress")
+        finally:
+            self._tg = None
 
     async def _report_drain(self) -> None:
         while self._pending:
