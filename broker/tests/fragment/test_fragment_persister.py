@@ -34,6 +34,7 @@ async def completed_spool(
     await sp.apply(proposal(pb.Fragment(journal=JOURNAL, compression_codec=codec)), primary=primary)
     for d in data:
         await commit(sp, d, pb.label_set({"reg": "x"}), primary=primary)
+    sp.confirm(sp.end)  # Every member of its route committed it.
     end = pb.Fragment(journal=JOURNAL, begin=sp.end, end=sp.end, compression_codec=codec)
     await sp.apply(proposal(end, sp.registers), primary=primary)
     ((done, _),) = obv.completes
@@ -152,6 +153,60 @@ def make_persister(
         ),
         persist_fn=uploads,
     )
+
+
+@pytest.mark.parametrize("codec", [pb.NONE, pb.GZIP])
+async def test_only_the_confirmed_part_of_a_spool_is_stored(tmp_path: Path, codec: int) -> None:
+    # A member cut off from its route holds a tail nobody confirmed: it stores what
+    # every member committed, and keeps the rest aside in the spool directory.
+    (tmp_path / "s").mkdir()
+    reg = stores.StoreRegistry(stores.StoresConfig(file_root=str(tmp_path)))
+    obv = RecordingObserver()
+    quarantine = tmp_path / "spools"
+    quarantine.mkdir()
+    sp = spool.Spool(JOURNAL, obv, config=spool.SpoolConfig(directory=str(quarantine)))
+    await sp.apply(proposal(pb.Fragment(journal=JOURNAL, compression_codec=codec)), primary=True)
+    await commit(sp, b"confirmed,", pb.LabelSet(), primary=True)
+    sp.confirm(sp.end)
+    await commit(sp, b"unconfirmed", pb.LabelSet(), primary=True)
+    end = pb.Fragment(journal=JOURNAL, begin=sp.end, end=sp.end, compression_codec=codec)
+    await sp.apply(proposal(end, sp.registers), primary=True)
+    ((done, _),) = obv.completes
+    assert (done.confirmed_end, done.end) == (10, 21) and not done.confirmed
+
+    p = persister.Persister(reg, lambda _: journal_spec("file:///s/"))
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(p.serve())
+        p.spool_complete(done, True)
+        p.stop()
+    stored = sorted((tmp_path / "s").rglob("*-*-*"))
+    assert [f.name.split(".")[0].split("-")[:2] for f in stored] == [["0" * 16, f"{10:016x}"]]
+    frag = pb.parse_fragment_path(str(stored[0].relative_to(tmp_path / "s")))
+    frag.backing_store = "file:///s/"
+    assert await read_back(reg, frag) == b"confirmed,"
+    (kept,) = [f for f in (quarantine / "quarantine").rglob("*") if f.is_file()]
+    assert kept.name == f"{10:016x}-{21:016x}" and kept.read_bytes() == b"unconfirmed"
+
+
+async def test_a_held_spool_stores_its_confirmed_part_and_keeps_its_tail(tmp_path: Path) -> None:
+    uploads = Uploads()
+    p = make_persister(uploads, 3600, {JOURNAL: journal_spec("file:///s/")})
+    obv = RecordingObserver()
+    sp = spool.Spool(JOURNAL, obv, config=spool.SpoolConfig(directory=str(tmp_path)))
+    await sp.apply(proposal(pb.Fragment(journal=JOURNAL, compression_codec=pb.NONE)), primary=True)
+    await commit(sp, b"abc", pb.LabelSet(), primary=True)
+    sp.confirm(sp.end)
+    await commit(sp, b"def", pb.LabelSet(), primary=True)
+    roll = pb.Fragment(journal=JOURNAL, begin=6, end=6, compression_codec=pb.NONE)
+    await sp.apply(proposal(roll), primary=True)
+    ((done, _),) = obv.completes
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(p.serve())
+        p.spool_complete(done, True, held=True)
+        await asyncio.wait_for(uploads.changed.wait(), 5)
+        assert uploads.done == [(0, 3, False)]
+        assert not (tmp_path / "quarantine").exists()  # Its replica may adopt it yet.
+        p.stop()
 
 
 async def test_primary_spools_upload_at_once() -> None:

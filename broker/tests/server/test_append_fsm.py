@@ -24,6 +24,11 @@ class FakeSpool:
         self.spec = pb2.Fragment(journal=journal, compression_codec=pb2.NONE)
         self.registers = pb2.LabelSet()
         self.delta = b""
+        self.confirmed_end = 0
+
+    def confirm(self, end: int) -> None:
+        if self.spec.begin <= end <= self.spec.end:
+            self.confirmed_end = max(self.confirmed_end, end)
 
     def next(self) -> pb2.Fragment:
         f = pb2.Fragment()
@@ -48,12 +53,25 @@ class FakePipeline:
         if req.content:
             self.spool.delta += req.content
         elif req.HasField("proposal"):
-            if req.proposal.end > self.spool.spec.end + len(self.spool.delta):
+            if req.proposal.end > self.spool.spec.end + len(self.spool.delta) or (
+                req.proposal.begin == req.proposal.end == self.spool.spec.end
+            ):
                 self.spool.spec = req.proposal
             elif req.proposal == self.spool.next() and self.spool.delta:
                 self.spool.spec = req.proposal
                 self.spool.registers = req.registers
             self.spool.delta = b""
+
+    async def acknowledged(self):
+        await self._barrier
+        return self._recv_err or self._send_err
+
+    def idle(self) -> bool:
+        return self._barrier.done() and self._send_err is None and self._recv_err is None
+
+    def break_off(self, err: BaseException) -> None:
+        self.broken = err
+        self._send_err = err
 
     def send_err(self):
         return self._send_err
@@ -107,6 +125,11 @@ class FakeReplica:
     recovery_ready: bool = False
     recovery_asks: list[tuple[int, int]] = dataclasses.field(default_factory=list)
     gap_closed: int = 0
+    # settle_held calls: (head, adopt).
+    settled: list[tuple[int, bool]] = dataclasses.field(default_factory=list)
+
+    def settle_held(self, head: int, *, adopt: bool) -> None:
+        self.settled.append((head, adopt))
 
     def request_flush(self) -> None:
         self.flushes += 1
@@ -534,8 +557,10 @@ async def test_stream_error_drops_pending_content() -> None:
 
 
 async def test_a_new_pipeline_rolls_a_spool_that_holds_content() -> None:
-    # A pipeline is rebuilt after a route change or a failure: its sync rolls every
-    # member's spool, which hands what they hold to their persisters now.
+    # A pipeline is rebuilt after a route change or a failure. Its sync first proposes
+    # the spool's own fragment: members that accept it hold the same content (its
+    # SHA-1), which becomes confirmed; then it rolls every member's spool, which hands
+    # what they hold to their persisters now.
     deps = FakeDeps()
     deps.spool.spec.begin, deps.spool.spec.end = 100, 250
     fsm = fsm_for(deps)
@@ -546,9 +571,35 @@ async def test_a_new_pipeline_rolls_a_spool_that_holds_content() -> None:
         State.SEND_PIPELINE_SYNC,
         State.RECV_PIPELINE_SYNC,
     )
-    assert fsm.roll_to_offset == 250
     sync = deps.pln.sent[0].proposal
-    assert (sync.begin, sync.end) == (250, 250)
+    assert (sync.begin, sync.end) == (100, 250)
+    await step_expect(fsm, State.SEND_PIPELINE_SYNC)
+    assert deps.spool.confirmed_end == 250
+    assert deps.replica.settled == [(100, True)]
+    assert fsm.roll_to_offset == 250
+    await step_expect(fsm, State.RECV_PIPELINE_SYNC)
+    roll = deps.pln.sent[1].proposal
+    assert (roll.begin, roll.end) == (250, 250)
+    await step_expect(fsm, State.UPDATE_ASSIGNMENTS)
+    assert deps.replica.settled == [(100, True), (250, True)]
+
+
+async def test_a_proposal_waits_for_the_acknowledgements_of_the_one_before() -> None:
+    # Replicas read each proposal as confirming the previous one: a sync proposal
+    # of a pipeline whose earlier append still awaits acknowledgements waits for them,
+    # and is not sent at all when one of them failed.
+    deps = FakeDeps()
+    fsm = fsm_for(deps)
+    await step_expect(fsm, State.ACQUIRE_PIPELINE, State.START_PIPELINE, State.SEND_PIPELINE_SYNC)
+    _, close_after = deps.pln.barrier()  # An earlier append reading its acknowledgements.
+    step = asyncio.ensure_future(fsm.step())
+    await asyncio.sleep(0.01)
+    assert not step.done() and deps.pln.sent == []
+    deps.pln._recv_err = RuntimeError("peer failed")
+    close_after.set_result(None)
+    await step
+    assert fsm.state == State.ERROR and deps.pln.sent == [] and deps.pln.shut
+    assert deps.replica.flushes == 1
 
 
 async def test_a_new_pipeline_of_an_empty_spool_does_not_roll() -> None:

@@ -354,13 +354,22 @@ async def test_a_roll_of_a_pipeline_synchronisation_is_stored_at_once(
             await asyncio.sleep(1.0)
             assert 13 not in _stored_ends(cluster, name)  # Held, as a replica's copy.
 
-            # Stream two's synchronisation rolls it: stored at once, not in 120 s.
+            # Stream two's synchronisation, as our primaries do, first proposes the
+            # fragment both hold (which confirms [10, 13): the replica accepts its
+            # SHA-1), then rolls it: stored at once, not in 120 s.
             call = _stub(ch).Replicate(timeout=60)
             await ok(
                 call,
                 pb.ReplicateRequest(
-                    header=header, proposal=frag(13, 13), registers=registers, acknowledge=True
+                    header=header,
+                    proposal=frag(10, 13, b"abc"),
+                    registers=registers,
+                    acknowledge=True,
                 ),
+            )
+            await ok(
+                call,
+                pb.ReplicateRequest(proposal=frag(13, 13), registers=registers, acknowledge=True),
             )
             await _stored(cluster, name, 13)
 
@@ -430,3 +439,73 @@ async def test_a_broker_that_joins_the_replicas_serves_what_came_before(
             assert content == expected
             content, meta = await testing.read(stub, name)
             assert content == expected, meta
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("adopted", [True, False])
+async def test_a_replica_stores_an_unconfirmed_tail_only_if_the_route_goes_on_from_it(
+    etcd_server: ks_testing.EtcdServer, tmp_path: Any, cluster_factory: Any, adopted: bool
+) -> None:
+    # A primary died right after its replica committed [10, 13), before any later
+    # proposal told the replica that every member had it. The replica holds the
+    # block back. A later primary that takes its head from the replica (asks, gets
+    # PROPOSAL_MISMATCH at 13, rolls everyone to 13) makes it the journal's: stored.
+    # One that rolls the replica at 13 on its own knowledge leaves it unconfirmed:
+    # the route's content came from elsewhere, and the block is never published.
+    with cluster_factory(etcd_server, tmp_path, brokers=2, lease="60s") as cluster:
+        name = "faults/held-tail"
+        spec = testing.journal_spec(name, replication=2, stores=[cluster.store_url])
+        async with cluster.channel(0) as ch:
+            stub = _stub(ch)
+            assert (await testing.apply_specs(stub, spec)).status == pb.OK
+            await testing.wait_writable(stub, name)
+            assert (await testing.append(stub, name, [b"0123456789"])).status == pb.OK
+            _, meta = await testing.read(stub, name, -1)
+        header = meta[0].header
+        route = header.route
+        primary, replica = route.members[route.primary], route.members[1 - route.primary]
+        cluster.kill(next(i for i, b in enumerate(cluster.brokers) if b.id == primary))
+        await _stored(cluster, name, 10)  # Confirmed (the primary said so): stored at once.
+        header.process_id.CopyFrom(replica)
+
+        def frag(begin: int, end: int, data: bytes = b"") -> pb.Fragment:
+            f = pb.Fragment(journal=name, begin=begin, end=end, compression_codec=pb.NONE)
+            if data:
+                f.sum.CopyFrom(pb.sha1sum_from_digest(hashlib.sha1(data).digest()))
+            return f
+
+        async def answer(call: Any, req: pb.ReplicateRequest) -> pb.ReplicateResponse:
+            await call.write(req)
+            resp: pb.ReplicateResponse = await call.read()
+            return resp
+
+        async with cluster.channel(
+            next(i for i, b in enumerate(cluster.brokers) if b.id == replica)
+        ) as ch:
+            call = _stub(ch).Replicate(timeout=60)
+            first = pb.ReplicateRequest(header=header, proposal=frag(10, 10), acknowledge=True)
+            assert (await answer(call, first)).status == pb.OK
+            await call.write(pb.ReplicateRequest(content=b"abc", content_delta=0))
+            commit = pb.ReplicateRequest(proposal=frag(10, 13, b"abc"), acknowledge=True)
+            assert (await answer(call, commit)).status == pb.OK
+            call.cancel()  # The primary is gone: no later proposal confirms [10, 13).
+            await asyncio.sleep(1.5)
+            assert 13 not in _stored_ends(cluster, name)  # Held back.
+
+            call = _stub(ch).Replicate(timeout=60)
+            if adopted:
+                ask = pb.ReplicateRequest(header=header, proposal=frag(10, 10), acknowledge=True)
+                resp = await answer(call, ask)
+                assert resp.status == pb.PROPOSAL_MISMATCH and resp.fragment.end == 13, resp
+                roll = pb.ReplicateRequest(proposal=frag(13, 13), acknowledge=True)
+            else:
+                roll = pb.ReplicateRequest(header=header, proposal=frag(13, 13), acknowledge=True)
+            assert (await answer(call, roll)).status == pb.OK
+            again = pb.ReplicateRequest(proposal=frag(13, 13), acknowledge=True)
+            assert (await answer(call, again)).status == pb.OK  # The roll went through.
+            if adopted:
+                await _stored(cluster, name, 13)
+            else:
+                await asyncio.sleep(1.5)
+                assert 13 not in _stored_ends(cluster, name)
+            call.cancel()

@@ -22,14 +22,21 @@ class FakeHost:
     def __init__(self) -> None:
         self.registry: Any = FakeRegistry()
         self.completed: list[tuple[int, int, bool]] = []
+        # Spools handed over while still held back: (begin, confirmed end, end).
+        self.held: list[tuple[int, int, int]] = []
         self.spec = pb.JournalSpec(name=JOURNAL, replication=1)
         self.completion = asyncio.Event()
 
     def lookup_spec(self, journal: str) -> pb.JournalSpec | None:
         return self.spec
 
-    def spool_complete(self, sp: spool.Spool, primary: bool) -> None:
-        self.completed.append((sp.begin, sp.end, primary))
+    def spool_complete(self, sp: spool.Spool, primary: bool, *, held: bool = False) -> None:
+        if held:
+            self.held.append((sp.begin, sp.confirmed_end, sp.end))
+        elif sp.confirmed:
+            self.completed.append((sp.begin, sp.end, primary))
+        else:  # The persister stores its confirmed part and quarantines the rest.
+            self.completed.append((sp.begin, max(sp.begin, sp.confirmed_end), primary))
         self.completion.set()
 
     async def pulse(self, rep: replica.Replica, stable_ticks: int) -> asyncio.Event | None:
@@ -44,10 +51,12 @@ class Clock:
         return self.now
 
 
-async def _commit(sp: spool.Spool, data: bytes) -> None:
+async def _commit(sp: spool.Spool, data: bytes, *, confirm: bool = True) -> None:
     await sp.apply(pb.ReplicateRequest(content=data, content_delta=0))
     resp = await sp.apply(pb.ReplicateRequest(proposal=sp.next(), registers=sp.registers))
     assert resp.status == pb.OK
+    if confirm:  # Every member of the route committed it too.
+        sp.confirm(sp.end)
 
 
 async def test_request_flush_rolls_the_spool_once_it_is_free() -> None:
@@ -81,6 +90,68 @@ async def test_a_broken_replicate_stream_persists_what_the_replica_committed() -
         await asyncio.wait_for(host.completion.wait(), 5)
         assert host.completed == [(0, 5, True)]  # Only the committed content, stored at once.
         rep.stop()
+
+
+async def _broken_with_an_unconfirmed_tail(host: FakeHost, rep: replica.Replica) -> None:
+    sp = await rep.spool_slot.get()
+    await _commit(sp, b"confirmed")
+    await _commit(sp, b"+tail", confirm=False)  # Did every member commit it? Unknown.
+    await rep.return_spool(sp, broken=True)
+    await asyncio.wait_for(host.completion.wait(), 5)
+    # The confirmed part goes to the store now; the tail is held back.
+    assert host.held == [(0, 9, 14)] and host.completed == []
+    host.completion.clear()
+
+
+async def test_a_held_tail_is_stored_whole_once_the_route_goes_on_from_it() -> None:
+    # The primary died; the next one took its head from this replica (see api._replicate).
+    host = FakeHost()
+    rep = replica.Replica(JOURNAL, host, primary=False, create_revision=1, pulse_interval=3600)
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(rep.serve())
+        await _broken_with_an_unconfirmed_tail(host, rep)
+        rep.settle_held(14, adopt=True)
+        assert host.completed == [(0, 14, True)]
+        rep.stop()
+
+
+async def test_a_held_tail_the_route_did_not_go_on_from_is_never_stored() -> None:
+    # A member cut off from its route: the route went on without this tail.
+    host = FakeHost()
+    rep = replica.Replica(JOURNAL, host, primary=False, create_revision=1, pulse_interval=3600)
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(rep.serve())
+        await _broken_with_an_unconfirmed_tail(host, rep)
+        rep.settle_held(14, adopt=False)  # Rolled there, but the head came from another.
+        assert host.completed == [(0, 9, True)]
+        rep.stop()
+
+
+async def test_a_stopping_replica_releases_what_it_holds_back() -> None:
+    host = FakeHost()
+    rep = replica.Replica(JOURNAL, host, primary=True, create_revision=1, pulse_interval=3600)
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(rep.serve())
+        sp = await rep.spool_slot.get()
+        await _commit(sp, b"confirmed")
+        await _commit(sp, b"+tail", confirm=False)  # Its acknowledgements never came.
+        rep.spool_slot.put_nowait(sp)
+        rep.stop()  # Deposed: the journal is no longer ours.
+    # Rolled at its end on the way out (held), then released: only what was confirmed.
+    assert host.held == [(0, 9, 14)] and host.completed == [(0, 9, True)]
+
+
+async def test_a_spool_rolled_forward_past_an_unconfirmed_tail_releases_it() -> None:
+    # The route went on from a later offset than ours: our tail is not the journal's.
+    host = FakeHost()
+    sp = spool.Spool(JOURNAL, replica.Replica(JOURNAL, host, primary=False, create_revision=1))
+    await _commit(sp, b"confirmed")
+    await _commit(sp, b"+tail", confirm=False)
+    resp = await sp.apply(
+        pb.ReplicateRequest(proposal=pb.Fragment(journal=JOURNAL, begin=20, end=20))
+    )
+    assert resp.status == pb.OK
+    assert host.held == [] and host.completed == [(0, 9, False)]
 
 
 async def test_head_recovery_waits_for_the_delay_and_a_later_listing() -> None:

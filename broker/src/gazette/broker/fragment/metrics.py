@@ -27,3 +27,9 @@ SPOOL_WRITE_FAILURES_TOTAL = prometheus_client.Counter(
     "gazette_spool_write_failures_total",
     "Total number of spool content writes that failed (e.g. a full disk), failing their append.",
 )
+# Not in Gazette (which publishes whatever a member holds): committed content that
+# no route confirmed, held back from the store when its member was cut off or deposed.
+SPOOL_QUARANTINED_BYTES_TOTAL = prometheus_client.Counter(
+    "gazette_spool_quarantined_bytes_total",
+    "Total bytes of spool content never confirmed by every route member, kept out of the store.",
+)

@@ -120,7 +120,7 @@ class Persister:
         self.config = config
         self._persist_fn: PersistFn = persist_fn or self._default_persist
         self._tg: asyncio.TaskGroup | None = None
-        self._early: list[tuple[spool.Spool, bool]] = []  # Completed before serve().
+        self._early: list[tuple[spool.Spool, bool, bool]] = []  # Completed before serve().
         self._pending = 0
         self._hurry = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -136,15 +136,22 @@ class Persister:
         """Completed spools not yet stored (waiting, uploading or retrying)."""
         return self._pending
 
-    def spool_complete(self, sp: spool.Spool, primary: bool) -> None:
+    def spool_complete(self, sp: spool.Spool, primary: bool, *, held: bool = False) -> None:
+        """Store ``sp``: only its confirmed part, if not all of it is confirmed.
+
+        The rest of an unconfirmed spool (content no route confirmed: see
+        :meth:`gazette.broker.fragment.spool.Spool.confirm`) is quarantined, or
+        left alone when ``held`` (its replica may still learn that it is the
+        journal's, and hand the whole spool over again).
+        """
         if sp.content_length == 0:
             return
         self._pending += 1
         self._idle.clear()
         if self._tg is None:
-            self._early.append((sp, primary))
+            self._early.append((sp, primary, held))
             return
-        upload = self._upload(sp, primary)
+        upload = self._upload(sp, primary, held)
         try:
             self._tg.create_task(upload, name=f"persist {sp.journal}")
         except RuntimeError:
@@ -176,8 +183,8 @@ class Persister:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
                 early, self._early = self._early, []
-                for sp, primary in early:
-                    tg.create_task(self._upload(sp, primary), name=f"persist {sp.journal}")
+                for sp, primary, held in early:
+                    tg.create_task(self._upload(sp, primary, held), name=f"persist {sp.journal}")
                 await self._stopping.wait()
                 if self._pending:
                     log.warning("persisting %d completed spools before exiting", self._pending)
@@ -193,8 +200,10 @@ class Persister:
             if self._pending:
                 log.warning("still persisting %d completed spools", self._pending)
 
-    async def _upload(self, sp: spool.Spool, primary: bool) -> None:
+    async def _upload(self, sp: spool.Spool, primary: bool, held: bool = False) -> None:
         try:
+            if not sp.confirmed:
+                sp = await self._cut(sp, held)
             if not primary and not self._hurry.is_set():
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.config.replica_delay):
@@ -210,6 +219,25 @@ class Persister:
             self._pending -= 1
             if not self._pending:
                 self._idle.set()
+
+    async def _cut(self, sp: spool.Spool, held: bool) -> spool.Spool:
+        """The confirmed part of ``sp`` (maybe empty); its tail is quarantined unless held."""
+        if not held:
+            path = await spool.quarantine_tail(sp)
+            log.warning(
+                "journal %s: [%d, %d) was committed here but never confirmed by every"
+                " member of its route; it is not stored (kept aside in %s)",
+                sp.journal,
+                max(sp.confirmed_end, sp.begin),
+                sp.end,
+                path or "nowhere: see the previous error",
+            )
+        try:
+            part = await spool.confirmed_part(sp)
+        except OSError as e:
+            log.error("journal %s: could not read the confirmed part of %s: %s", sp.journal, sp, e)
+            part = None
+        return part if part is not None else spool.Spool(sp.journal, sp.observer)
 
     async def attempt_persist(self, sp: spool.Spool, *, exiting: bool) -> bool:
         """Persist ``sp`` once; False if it failed (and should be tried again)."""

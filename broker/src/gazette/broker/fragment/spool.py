@@ -33,7 +33,10 @@ import copy
 import datetime
 import hashlib
 import logging
+import os
+import tempfile
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -136,6 +139,13 @@ class Spool:
         self.file: files.SpoolFile | None = None
         self.registers = pb.LabelSet()
         self.first_append_time: datetime.datetime | None = None
+        # How far this fragment's content is known to be the journal's: every member
+        # of a route this spool served committed it (see confirm()). Only that part
+        # may be published by a member that is cut off or deposed.
+        self.confirmed_end = 0
+        # On a completed copy: whether the spool was rolled at exactly its end (the
+        # journal may go on from this content) rather than forward past it.
+        self.continued = False
         self._reset_content()
 
     def _reset_content(self) -> None:
@@ -183,6 +193,22 @@ class Spool:
     def fragment(self) -> cover_set.Fragment:
         """The committed fragment with its local file, as the index holds it."""
         return cover_set.Fragment(self.spec, self.file)
+
+    @property
+    def confirmed(self) -> bool:
+        """Whether all committed content is known to be the journal's."""
+        return self.confirmed_end >= self.spec.end
+
+    def confirm(self, end: int) -> None:
+        """Every member of the route committed this fragment through ``end``.
+
+        The primary calls it once every peer acknowledged a proposal; a replica
+        once the primary sends the proposal after one it accepted (our primary
+        sends a proposal only after the previous one's acknowledgements are all
+        in). An ``end`` outside this fragment (it rolled since) is ignored.
+        """
+        if self.spec.begin <= end <= self.spec.end and end > self.confirmed_end:
+            self.confirmed_end = end
 
     def next(self) -> pb.Fragment:
         """The fragment a commit of the pending ``delta`` would produce."""
@@ -306,6 +332,7 @@ class Spool:
             metrics.SPOOL_COMPLETED_TOTAL.inc()
             completed = copy.copy(self)
             completed.registers = _copy_labels(self.registers)
+            completed.continued = proposal.end == self.spec.end
             self.observer.spool_complete(completed, primary)
         # Only a proposal strictly beyond our fragment brings its registers.
         if proposal.end > self.spec.end:
@@ -318,6 +345,8 @@ class Spool:
         )
         self.file = None
         self.first_append_time = None
+        self.confirmed_end = proposal.end
+        self.continued = False
         self._reset_content()
 
     # -- Compression ----------------------------------------------------------------------
@@ -420,6 +449,82 @@ class Spool:
                 time.sleep(self.config.retry_interval)
                 self._compressor = None
                 self._compress_through(self.spec.end)
+
+
+async def confirmed_part(sp: Spool) -> Spool | None:
+    """``sp`` (a completed copy) cut at its confirmed end, to be stored; None if nothing is.
+
+    The cut copy shares ``sp``'s file (it only reads the confirmed span) and
+    compresses afresh when stored. Its registers are ``sp``'s last ones (they
+    matter only to path postfix templates).
+    """
+    end = sp.confirmed_end
+    if end <= sp.begin:
+        return None
+    if end >= sp.end:
+        return sp
+    assert sp.file is not None
+    digest = await asyncio.to_thread(_sha1_of, sp.file, end - sp.begin)
+    out = Spool(sp.journal, sp.observer, config=sp.config, now=sp._now)
+    out.spec = _copy_fragment(sp.spec)
+    out.spec.end = end
+    out.spec.sum.CopyFrom(pb.sha1sum_from_digest(digest))
+    out.file = sp.file
+    out.registers = _copy_labels(sp.registers)
+    out.first_append_time = sp.first_append_time
+    out.confirmed_end = end
+    return out
+
+
+async def quarantine_tail(sp: Spool) -> str | None:
+    """Keep ``sp``'s unconfirmed content aside, never to be served; returns its path.
+
+    The file goes to ``<spool dir>/quarantine/<journal>/<begin>-<end>`` (offsets
+    in hex, as fragment names), for an operator to look at; None if it could
+    not be written (the content is then only logged as dropped).
+    """
+    start = max(sp.confirmed_end, sp.begin)
+    if start >= sp.end or sp.file is None:
+        return None
+    metrics.SPOOL_QUARANTINED_BYTES_TOTAL.inc(sp.end - start)
+    directory = os.path.join(
+        sp.config.directory or tempfile.gettempdir(),
+        "quarantine",
+        urllib.parse.quote(sp.journal, safe=""),
+    )
+    path = os.path.join(directory, f"{start:016x}-{sp.end:016x}")
+    try:
+        await asyncio.to_thread(_copy_out, sp.file, start - sp.begin, sp.end - start, path)
+    except OSError as e:
+        log.error(
+            "could not keep unconfirmed [%d, %d) of %s aside: %s", start, sp.end, sp.journal, e
+        )
+        return None
+    return path
+
+
+def _sha1_of(f: files.SpoolFile, length: int) -> bytes:
+    summer = hashlib.sha1()
+    pos = 0
+    while pos < length:
+        chunk = f.pread(min(files.COPY_BLOCK, length - pos), pos)
+        if not chunk:
+            raise OSError(f"spool file ended at {pos}, before {length}")
+        summer.update(chunk)
+        pos += len(chunk)
+    return summer.digest()
+
+
+def _copy_out(f: files.SpoolFile, offset: int, length: int, path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as out:
+        pos = 0
+        while pos < length:
+            chunk = f.pread(min(files.COPY_BLOCK, length - pos), offset + pos)
+            if not chunk:
+                break
+            out.write(chunk)
+            pos += len(chunk)
 
 
 def maybe_roll(

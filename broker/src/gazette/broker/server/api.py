@@ -381,12 +381,34 @@ class JournalServicer(pb2_grpc.JournalServicer):
         # rolls are stored at once (see Replica.storing_at_once); rolls amid appends
         # wait out the persister's replica delay, as the primary normally stores first.
         synchronising = True
+        # What this stream tells of the journal (see Spool.confirm): the primary sends a
+        # proposal only once every member accepted the previous one, so a proposal
+        # confirms the last one we accepted (``accepted``). When the primary rolls us at
+        # the end we told it in a PROPOSAL_MISMATCH (``reported_end``), the route goes on
+        # from our content, held back until then (``adopt_at``; Replica.settle_held).
+        accepted: pb.Fragment | None = None
+        reported_end = -1
+        adopt_at = -1
         try:
             header: pb.Header | None = res.header
             while True:
-                synchronising = synchronising and req.HasField("proposal")
+                is_proposal = req.HasField("proposal")
+                synchronising = synchronising and is_proposal
+                if is_proposal and accepted is not None:
+                    sp.confirm(accepted.end)
+                    rep.settle_held(
+                        adopt_at if adopt_at >= 0 else sp.spec.begin, adopt=adopt_at >= 0
+                    )
+                    accepted, adopt_at = None, -1
                 with rep.storing_at_once() if synchronising else contextlib.nullcontext():
                     resp = await sp.apply(req, primary=False)
+                if is_proposal:
+                    if resp.status == pb.OK:
+                        accepted = req.proposal
+                        if accepted.begin == accepted.end == reported_end:
+                            adopt_at = reported_end
+                    else:
+                        reported_end = resp.fragment.end
                 if req.acknowledge:
                     if header is not None:
                         resp.header.CopyFrom(header)  # Only the first response carries it.

@@ -52,6 +52,7 @@ class ContentPhase:
     client_summer: Any  # hashlib's SHA-1 object (no public type).
     pending: list[bytes]
     pending_size: int
+    proposal: pb2.Fragment | None  # The commit (or rollback) whose acknowledgements we read.
     replicate_content_bytes: int
 
     def must_state(self, state: State) -> None:
@@ -111,10 +112,11 @@ class ContentPhase:
             # so peers will agree and no acknowledgement is asked for.
             proposal = self.deps.maybe_roll(pln.spool, self.roll_to_offset, spec)
             if proposal != pln.spool.spec:
-                await pln.scatter(
+                await self._scatter_proposal(
+                    pln,
                     pb2.ReplicateRequest(
                         proposal=proposal, registers=self.registers, acknowledge=False
-                    )
+                    ),
                 )
             frag = pln.spool.spec
             self.client_fragment = pb2.Fragment(
@@ -190,10 +192,49 @@ class ContentPhase:
             proposal.CopyFrom(pln.spool.spec)
             if err is not None:
                 self.err = errors.StreamError(f"append stream: {err}")
-        await pln.scatter(
-            pb2.ReplicateRequest(proposal=proposal, registers=self.registers, acknowledge=True)
+        self.proposal = proposal
+        await self._scatter_proposal(
+            pln, pb2.ReplicateRequest(proposal=proposal, registers=self.registers, acknowledge=True)
         )
         self.state = State.READ_ACKNOWLEDGEMENTS
+
+    async def _tell_confirmed(self, pln: pipeline_.Pipeline) -> None:
+        """Tell the replicas of an idle pipeline that our commit is confirmed.
+
+        A replica learns it from the next proposal, which on an idle journal may
+        never come: if the primary then dies, the replicas would hold back the
+        last acknowledged append until a new route takes it on. So, before the
+        client hears of its commit, a pipeline nobody else is using repeats its
+        fragment as a proposal that asks for no answer (a no-op for any spool,
+        Gazette's included). A busy pipeline's next proposal says as much.
+        """
+        slot = self._replica().pipeline_slot
+        if slot.empty():
+            return
+        held = slot.get_nowait()
+        try:
+            if held is pln and pln.idle():
+                frag = pb2.Fragment()
+                frag.CopyFrom(pln.spool.spec)
+                await pln.scatter(
+                    pb2.ReplicateRequest(
+                        proposal=frag, registers=pln.spool.registers, acknowledge=False
+                    )
+                )
+        finally:
+            slot.put_nowait(held)
+
+    async def _scatter_proposal(self, pln: pipeline_.Pipeline, req: pb2.ReplicateRequest) -> None:
+        """Scatter a proposal once every peer acknowledged the previous one.
+
+        If one did not, nothing is sent (the pipeline breaks off, and the
+        append fails when it reads its acknowledgements): replicas read each
+        proposal as confirming the one before it (Pipeline.acknowledged).
+        """
+        if (err := await pln.acknowledged()) is not None:
+            pln.break_off(err)
+            return
+        await pln.scatter(req)
 
     async def _flush_content(self, pln: pipeline_.Pipeline) -> None:
         """Scatter pending client content as one Replicate content message."""
@@ -222,14 +263,22 @@ class ContentPhase:
             await pln.close_send()
             self.pln = None
             await self.release_pipeline()  # Returns None: a new pipeline will be built.
+        confirmed = False
         try:
             await wait_for  # Our turn to read ordered acknowledgements.
             await pln.gather_ok()
             if send_err is not None:
                 await pln.gather_eof()
+            elif pln.recv_err() is None and self.proposal is not None:
+                # Every member committed it: it may be published whatever happens
+                # next (before the next append may send its proposal).
+                pln.spool.confirm(self.proposal.end)
+                confirmed = True
         finally:
             if not close_after.done():
                 close_after.set_result(None)
+        if confirmed:
+            await self._tell_confirmed(pln)
 
         recv_err = pln.recv_err()
         if send_err is not None or recv_err is not None:

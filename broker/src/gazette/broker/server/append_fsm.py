@@ -96,6 +96,7 @@ class AppendFSM(ContentPhase):
         self.pln_replica: replica_.Replica | None = None
         self.read_through_rev = 0
         self.roll_to_offset = 0
+        self.roll_after_sync = False
         self.registers = pb2.LabelSet()
         self.next_suspend: pb2.JournalSpec.Suspend | None = None
         self.client_commit = False
@@ -105,6 +106,7 @@ class AppendFSM(ContentPhase):
         # it begins at ``client_fragment.end - pending_size``.
         self.pending: list[bytes] = []
         self.pending_size = 0
+        self.proposal: pb2.Fragment | None = None
         self.replicate_content_bytes = REPLICATE_CONTENT_BYTES
         self.err: BaseException | None = None
         # Set by the driver once its client went away (or a pulse timed out): waits
@@ -349,11 +351,11 @@ class AppendFSM(ContentPhase):
         self.registers = copy_labels(spool.registers)
         self.pln = self.deps.new_pipeline(self.resolved, spool)
         self.pln_header = True
-        if spool.spec.begin != spool.spec.end:
-            # A new pipeline follows a route change or a failed one: its members
-            # roll their spools in the sync, so that what they hold is persisted
-            # now (the primary's copy at once) instead of at the next roll.
-            self.roll_to_offset = spool.spec.end
+        # A new pipeline follows a route change or a failed one: once its members
+        # agree on our fragment (its SHA-1 tells them it is the content they hold,
+        # which they may then publish), they roll their spools, so that what they
+        # hold is persisted now (the primary's copy at once), not at the next roll.
+        self.roll_after_sync = spool.spec.begin != spool.spec.end
         self.state = State.SEND_PIPELINE_SYNC
 
     async def _on_send_pipeline_sync(self) -> None:
@@ -365,6 +367,14 @@ class AppendFSM(ContentPhase):
             req.header.CopyFrom(pln.header)
             req.deprecated_journal = pln.spool.spec.journal
             self.pln_header = False
+        if (err := await pln.acknowledged()) is not None:
+            # An earlier append's proposal failed at a peer (see Pipeline.acknowledged).
+            self.pln = None
+            await pln.shutdown(True)
+            self._replica().request_flush()
+            self.err = errors.PipelineError(f"sync: {err}")
+            self.state = State.ERROR
+            return
         await pln.scatter(req)
         self.state = State.RECV_PIPELINE_SYNC
 
@@ -391,6 +401,17 @@ class AppendFSM(ContentPhase):
             await pln.shutdown(False)
             self.state = State.RESOLVE
         else:
+            # Every member holds our fragment (or rolled to its end): the route goes on
+            # from our content, so what we hold is the journal's.
+            spool = pln.spool
+            spool.confirm(spool.spec.end)
+            self._replica().settle_held(spool.spec.begin, adopt=True)
+            if self.roll_after_sync and spool.spec.begin != spool.spec.end:
+                self.roll_after_sync = False
+                self.roll_to_offset = spool.spec.end
+                self.state = State.SEND_PIPELINE_SYNC
+                return
+            self.roll_after_sync = False
             self.state = State.UPDATE_ASSIGNMENTS
 
     async def _on_update_assignments(self) -> None:

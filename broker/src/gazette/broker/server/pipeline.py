@@ -66,6 +66,8 @@ class Pipeline:
         self._send_errs: list[BaseException | None] = [None] * n
         self._recv_errs: list[BaseException | None] = [None] * n
         self._recv: list[pb2.ReplicateResponse | None] = [None] * n
+        # Set once a proposal could not be sent safely (see break_off): nothing more is.
+        self._broken: BaseException | None = None
         loop = asyncio.get_running_loop()
         self._read_barrier: asyncio.Future[None] = loop.create_future()
         self._read_barrier.set_result(None)
@@ -82,6 +84,8 @@ class Pipeline:
         return _id_str(self.header.route.members[i])
 
     async def scatter(self, req: pb2.ReplicateRequest) -> None:
+        if self._broken is not None:
+            return
         for i, call in enumerate(self._streams):
             if call is None or self._send_errs[i] is not None:
                 continue
@@ -105,7 +109,31 @@ class Pipeline:
                 # The primary proposes only what its own spool accepts.
                 raise AssertionError(f"local spool rejected primary proposal: {resp}")
 
+    async def acknowledged(self) -> BaseException | None:
+        """Wait until every earlier proposal was acknowledged; its failure, if any.
+
+        Proposals are sent one at a time: a replica takes the arrival of a
+        proposal to mean that every member committed the one before (see
+        :meth:`gazette.broker.fragment.spool.Spool.confirm`), so the next one
+        may go only once all acknowledgements of the last one are in, and not
+        at all if one of them failed (:meth:`break_off`). Content still streams
+        ahead of those acknowledgements.
+        """
+        await asyncio.shield(self._read_barrier)
+        return self.recv_err() or self.send_err()
+
+    def idle(self) -> bool:
+        """No acknowledgement is awaited and nothing has failed."""
+        return self._read_barrier.done() and self.send_err() is None and self.recv_err() is None
+
+    def break_off(self, err: BaseException) -> None:
+        """Send nothing more: a peer failed an earlier proposal (the pipeline is done)."""
+        if self._broken is None:
+            self._broken = err
+
     def send_err(self) -> BaseException | None:
+        if self._broken is not None:
+            return self._broken
         for i, e in enumerate(self._send_errs):
             if e is not None:
                 return errors.PipelineError(f"send: {errors.describe(e)}", peer=self._member(i))

@@ -69,7 +69,7 @@ class ReplicaHost(Protocol):
 
     def lookup_spec(self, journal: str) -> pb.JournalSpec | None: ...
 
-    def spool_complete(self, sp: spool.Spool, primary: bool) -> None: ...
+    def spool_complete(self, sp: spool.Spool, primary: bool, *, held: bool = False) -> None: ...
 
     async def pulse(self, replica: Replica, stable_ticks: int) -> asyncio.Event | None:
         """Run one pulse; returns the event signalling the next route change, if known."""
@@ -95,6 +95,8 @@ class Replica:
         self.host = host
         self.primary = primary
         self.create_revision = create_revision
+        # The etcd lease of our assignment when this replica was made (ReplicaSet).
+        self.lease = 0
         self.pulse_interval = pulse_interval
         self.index = index.Index(signer=host.registry.sign_get_url, on_hole=self._on_hole)
         self.spool_slot: asyncio.Queue[spool.Spool] = asyncio.Queue(1)
@@ -114,6 +116,8 @@ class Replica:
         self._flush = asyncio.Event()
         # >0 while spools completed now are stored at once (see storing_at_once).
         self._store_at_once = 0
+        # Completed spools with content no route has confirmed (see spool_complete).
+        self._held: list[spool.Spool] = []
         self._refresh_now = asyncio.Event()
         # Monotonic time at which the newest applied store listing was started.
         self.listed_at = -1.0
@@ -132,7 +136,53 @@ class Replica:
         self.index.spool_commit(fragment)
 
     def spool_complete(self, sp: spool.Spool, primary: bool) -> None:
-        self.host.spool_complete(sp, primary or self._store_at_once > 0)
+        at_once = primary or self._store_at_once > 0
+        if sp.confirmed or not sp.continued:
+            # All of it is the journal's; or it was rolled past (the journal went on
+            # from a later offset), so its unconfirmed tail never will be.
+            self.host.spool_complete(sp, at_once)
+            return
+        # Its tail was committed here but no route has confirmed it yet. The route
+        # may still go on from its end (adopt_held), or it may not: keep it until a
+        # synchronised pipeline tells (settle_held); store the confirmed part now.
+        log.info(
+            "journal %s: holding [%d, %d) until its route confirms it",
+            self.journal,
+            sp.confirmed_end,
+            sp.end,
+        )
+        self._held.append(sp)
+        self.host.spool_complete(sp, at_once, held=True)
+
+    def settle_held(self, head: int, *, adopt: bool) -> None:
+        """A pipeline synchronised at ``head``: decide the spools held back.
+
+        With ``adopt``, the route went on from content of ours that ends at
+        ``head`` (we are its primary, or told the primary our end): held spools
+        that chain back from ``head`` are the journal's and stored whole. Every
+        other held spool can no longer become the journal's: its confirmed
+        part is stored and the rest quarantined.
+        """
+        if not self._held:
+            return
+        held, self._held = self._held, []
+        for sp in reversed(held):
+            if adopt and sp.end == head:
+                log.info(
+                    "journal %s: [%d, %d) confirmed by a synchronised pipeline",
+                    self.journal,
+                    sp.begin,
+                    sp.end,
+                )
+                sp.confirmed_end = sp.end
+                head = sp.begin
+                self.host.spool_complete(sp, True)
+            else:
+                self.host.spool_complete(sp, True)
+
+    def release_held(self) -> None:
+        """This replica's route is over: nothing held back can become the journal's."""
+        self.settle_held(-1, adopt=False)
 
     @contextlib.contextmanager
     def storing_at_once(self) -> Iterator[None]:
@@ -354,6 +404,7 @@ class Replica:
         sp = await self.spool_slot.get()
         # Roll to an empty fragment at the end: the last fragment goes to the persister.
         await sp.must_apply(pb.ReplicateRequest(proposal=_empty_at_end(sp), registers=sp.registers))
+        self.release_held()
         self.index.close()
         # The slots are intentionally left empty: nothing may use this replica again.
 
@@ -423,15 +474,21 @@ class ReplicaSet:
             if name in nxt:
                 continue
             primary = li.assignment.slot == 0
+            lease = li.assignments[li.index].lease
             rep = self._replicas.get(name)
-            # A fresh replica when newly assigned, when demoted from primary, or when the
-            # journal was deleted and re-created (possibly within one batch of events).
+            # A fresh replica when newly assigned, when demoted from primary, when the
+            # journal was deleted and re-created (possibly within one batch of events),
+            # or when our assignment is under another lease: this broker lost its lease
+            # and announced again, and what its spool holds from before may be a tail
+            # the journal did not keep (the old replica releases it on stopping).
             if (
                 rep is None
                 or (not primary and rep.primary)
                 or rep.create_revision != li.item.create_revision
+                or rep.lease != lease
             ):
                 rep = self._factory(name, primary, li.item.create_revision)
+                rep.lease = lease
                 self._tg.create_task(rep.serve(), name=f"replica {name}")
                 # A previous replica of the name stays in self._replicas and is stopped below.
             else:

@@ -203,8 +203,8 @@ class Service:
         spec: pb.JournalSpec = state.item(i).spec
         return spec
 
-    def spool_complete(self, sp: spool.Spool, primary: bool) -> None:
-        self.persister.spool_complete(sp, primary)
+    def spool_complete(self, sp: spool.Spool, primary: bool, *, held: bool = False) -> None:
+        self.persister.spool_complete(sp, primary, held=held)
 
     async def pulse(self, rep: replica.Replica, stable_ticks: int) -> asyncio.Event | None:
         suspend = pb.AppendRequest.SUSPEND_NO_RESUME
