@@ -509,3 +509,57 @@ async def test_a_replica_stores_an_unconfirmed_tail_only_if_the_route_goes_on_fr
                 await asyncio.sleep(1.5)
                 assert 13 not in _stored_ends(cluster, name)
             call.cancel()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("stop", ["sigterm", "sigkill"])
+async def test_a_whole_cluster_that_stopped_goes_on_where_it_safely_can(
+    etcd_server: ks_testing.EtcdServer, tmp_path: Any, cluster_factory: Any, stop: str
+) -> None:
+    # Every broker stops at once, then starts again with empty spools. Stopped
+    # gracefully, they stored everything and the primary recorded the journal's head
+    # in its spec: appends go on at once, where they ended. Killed, the unstored tail
+    # (acknowledged) is gone: appends are refused rather than reusing its offsets,
+    # until `reset-head` (an append naming the stored end) says so.
+    with cluster_factory(etcd_server, tmp_path, brokers=2, lease="3s") as cluster:
+        name = "faults/whole-cluster"
+        spec = testing.journal_spec(name, replication=2, stores=[cluster.store_url])
+        async with cluster.channel(0) as ch:
+            stub = _stub(ch)
+            assert (await testing.apply_specs(stub, spec)).status == pb.OK
+            await testing.wait_writable(stub, name)
+            for chunk in (b"0123456789", b"abcdefghij"):  # The 2nd rolls [0, 10): stored.
+                assert (await testing.append(stub, name, [chunk])).status == pb.OK
+        await _stored(cluster, name, 10)
+        if stop == "sigterm":
+            await asyncio.to_thread(cluster.stop, 120)
+            assert [b.returncode for b in cluster.brokers] == [0, 0], cluster.logs()
+        else:
+            cluster.kill_all()
+        await asyncio.to_thread(cluster.start)
+        async with cluster.channel(0) as ch:
+            stub = _stub(ch)
+            started = time.monotonic()
+            if stop == "sigterm":
+                await testing.wait_writable(stub, name, within=60)
+                print(f"\nwritable {time.monotonic() - started:.1f}s after the restart")
+                resp = await testing.append(stub, name, [b"more"])
+                assert resp.status == pb.OK and resp.commit.begin == 20, resp
+                content, _ = await testing.read(stub, name, block=True, end_offset=24)
+                assert content == b"0123456789abcdefghijmore"
+                return
+            deadline = time.monotonic() + 60
+            while True:
+                resp = await testing.append(stub, name, [b"more"])
+                if resp.status == pb.INDEX_HAS_GREATER_OFFSET:
+                    break
+                assert resp.status != pb.OK, f"[10, 20) acknowledged twice: {resp}"
+                assert time.monotonic() < deadline, resp
+                await asyncio.sleep(0.5)
+            await asyncio.sleep(8)  # Past any lease: still refused.
+            resp = await testing.append(stub, name, [b"more"])
+            assert resp.status == pb.INDEX_HAS_GREATER_OFFSET, resp
+            # reset-head: an append at the stored end, once the operator knows.
+            end = max(_stored_ends(cluster, name))
+            resp = await testing.append(stub, name, [b"more"], offset=end)
+            assert resp.status == pb.OK and resp.commit.begin == end, resp

@@ -26,6 +26,7 @@ class FakeHost:
         self.held: list[tuple[int, int, int]] = []
         self.spec = pb.JournalSpec(name=JOURNAL, replication=1)
         self.completion = asyncio.Event()
+        self.checkpoints: list[int] = []
 
     def lookup_spec(self, journal: str) -> pb.JournalSpec | None:
         return self.spec
@@ -41,6 +42,9 @@ class FakeHost:
 
     async def pulse(self, rep: replica.Replica, stable_ticks: int) -> asyncio.Event | None:
         return None
+
+    async def checkpoint_head(self, rep: replica.Replica, offset: int) -> None:
+        self.checkpoints.append(offset)
 
 
 class Clock:
@@ -157,7 +161,13 @@ async def test_a_spool_rolled_forward_past_an_unconfirmed_tail_releases_it() -> 
 async def test_head_recovery_waits_for_the_delay_and_a_later_listing() -> None:
     clock = Clock()
     rep = replica.Replica(
-        JOURNAL, FakeHost(), primary=True, create_revision=1, recovery_delay=10.0, clock=clock
+        JOURNAL,
+        FakeHost(),
+        primary=True,
+        create_revision=1,
+        recovery_delay=10.0,
+        clock=clock,
+        resume_head_gaps=True,
     )
     rep.listed_at = clock.now
     assert not rep.head_recovery_ready(0, 500)  # First seen: wait.
@@ -174,7 +184,13 @@ async def test_head_recovery_waits_for_the_delay_and_a_later_listing() -> None:
 async def test_a_moving_head_gap_starts_the_wait_again() -> None:
     clock = Clock()
     rep = replica.Replica(
-        JOURNAL, FakeHost(), primary=True, create_revision=1, recovery_delay=10.0, clock=clock
+        JOURNAL,
+        FakeHost(),
+        primary=True,
+        create_revision=1,
+        recovery_delay=10.0,
+        clock=clock,
+        resume_head_gaps=True,
     )
     assert not rep.head_recovery_ready(0, 500)
     clock.now += 11
@@ -216,7 +232,13 @@ async def test_a_primary_flush_closes_its_idle_pipeline_to_reach_the_spool() -> 
 async def test_a_closed_head_gap_is_forgotten() -> None:
     clock = Clock()
     rep = replica.Replica(
-        JOURNAL, FakeHost(), primary=True, create_revision=1, recovery_delay=10.0, clock=clock
+        JOURNAL,
+        FakeHost(),
+        primary=True,
+        create_revision=1,
+        recovery_delay=10.0,
+        clock=clock,
+        resume_head_gaps=True,
     )
     assert not rep.head_recovery_ready(0, 500)
     rep.head_gap_closed()  # A peer's sync rolled the spools to the index end.
@@ -240,3 +262,31 @@ async def test_reads_of_a_hole_ask_for_listings_with_back_off() -> None:
     # Another hole starts over.
     assert rep._on_hole(7)
     assert not rep._on_hole(7)
+
+
+async def test_a_head_gap_is_refused_unless_resuming_is_asked_for() -> None:
+    # Every broker that held the tail may be gone with acknowledged offsets nobody
+    # stored: resuming at the stored end could hand them out again.
+    clock = Clock()
+    rep = replica.Replica(JOURNAL, FakeHost(), primary=True, create_revision=1, clock=clock)
+    rep.listed_at = clock.now
+    for _ in range(3):
+        assert not rep.head_recovery_ready(0, 500)
+        assert rep.head_recovery_due() is None  # Nothing to wake up for.
+        clock.now += 3600
+        rep.listed_at = clock.now
+
+
+async def test_a_stopping_primary_records_its_head() -> None:
+    for primary in (True, False):
+        host = FakeHost()
+        rep = replica.Replica(
+            JOURNAL, host, primary=primary, create_revision=1, pulse_interval=3600
+        )
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(rep.serve())
+            sp = await rep.spool_slot.get()
+            await _commit(sp, b"0123456789")
+            rep.spool_slot.put_nowait(sp)
+            rep.stop()
+        assert host.checkpoints == ([10] if primary else [])

@@ -102,6 +102,9 @@ class BrokerConfig:
     #: ``--broker.replica-persist-delay`` (ours): how long a replica's copy of a
     #: completed fragment waits before the replica stores it too (see the persister).
     replica_persist_delay_s: float = 2.0
+    #: ``--broker.resume-head-gaps`` (ours): resume a journal whose persisted fragments
+    #: end beyond every spool of its route at that end, after a lease, on its own.
+    resume_head_gaps: bool = False
     http_body_timeout_s: float = 30.0
     #: ``--broker.auth-keys``: base64 HMAC keys, the first signs (see
     #: ``gazette.broker.protocol.auth``); empty: no authorization. Kept out of reprs.
@@ -456,6 +459,19 @@ _FLAGS: tuple[Flag, ...] = (
         "How long a replica waits before storing its copy of a completed fragment, which the "
         "primary stores at once; longer saves duplicate uploads but widens the window in which "
         "losing the primary and then this replica loses the fragment (Go duration)",
+    ),
+    (
+        "--broker.resume-head-gaps",
+        "BROKER_RESUME_HEAD_GAPS",
+        "broker.resume_head_gaps",
+        parse_bool,
+        False,
+        "When every broker that held a journal's unpersisted tail is gone (its persisted "
+        "fragments end beyond what its brokers hold), resume it at that end on its own, a "
+        "lease later. Offsets acknowledged but never persisted may then be handed out again. "
+        "Off (the default, as Gazette): such a journal refuses appends with "
+        "INDEX_HAS_GREATER_OFFSET until `gazctl journals reset-head` says every such broker "
+        "is gone",
     ),
     *ETCD_CONNECTION_FLAGS,
     (

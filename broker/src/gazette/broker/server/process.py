@@ -253,6 +253,7 @@ async def serve(
                     max_message_size=bcfg.max_grpc_recv_size,
                     # A gap must outlast any earlier member's lease: see head_recovery_ready.
                     recovery_delay=lease_ttl + 2.0,
+                    resume_head_gaps=bcfg.resume_head_gaps,
                     peer_tls=peer_tls,
                 ),
                 lease_valid=lambda: session.lease.valid(loop.time()),

@@ -49,7 +49,7 @@ from gazette import allocator, task
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import cover_set, index, spool, stores
 from gazette.broker.fragment import errors as frag_errors
-from gazette.broker.server import flow_control, metrics, pipeline
+from gazette.broker.server import errors, flow_control, metrics, pipeline
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,10 @@ class ReplicaHost(Protocol):
         """Run one pulse; returns the event signalling the next route change, if known."""
         ...
 
+    async def checkpoint_head(self, replica: Replica, offset: int) -> None:
+        """Record that the journal goes on at ``offset`` (a primary stopping)."""
+        ...
+
 
 class Replica:
     """Runtime state of one locally assigned journal; see the module docstring."""
@@ -89,6 +93,7 @@ class Replica:
         spool_config: spool.SpoolConfig | None = None,
         pulse_interval: float = PULSE_INTERVAL,
         recovery_delay: float = DEFAULT_RECOVERY_DELAY,
+        resume_head_gaps: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.journal = journal
@@ -111,6 +116,7 @@ class Replica:
         self.assignment_revisions: tuple[tuple[str, int], ...] = ()
         self.stores: tuple[str, ...] = ()
         self.recovery_delay = recovery_delay
+        self.resume_head_gaps = resume_head_gaps
         self._clock = clock
         self._stopping = asyncio.Event()
         self._flush = asyncio.Event()
@@ -282,6 +288,23 @@ class Replica:
         """
         now = self._clock()
         key = (spool_end, index_end)
+        if not self.resume_head_gaps:
+            if self._head_gap is None or self._head_gap[0] != key:
+                self._head_gap = (key, now)
+                log.error(
+                    "journal %s: its brokers hold content through %d, but its persisted"
+                    " fragments end at %d: every broker that held what came after may be"
+                    " gone, with offsets acknowledged but never persisted. Appends are"
+                    " refused (INDEX_HAS_GREATER_OFFSET) rather than hand those offsets out"
+                    " again. Once every broker that served the journal before has exited"
+                    " or stored what it held, resume it with `gazctl journals reset-head"
+                    " -l name=%s` (or run brokers with --broker.resume-head-gaps)",
+                    self.journal,
+                    spool_end,
+                    index_end,
+                    self.journal,
+                )
+            return False
         if self._head_gap is None or self._head_gap[0] != key:
             self._head_gap = (key, now)
             log.warning(
@@ -314,7 +337,7 @@ class Replica:
 
     def head_recovery_due(self) -> float | None:
         """Monotonic time at which a pending head recovery may proceed, if any."""
-        if self._head_gap is None:
+        if self._head_gap is None or not self.resume_head_gaps:
             return None
         return self._head_gap[1] + self.recovery_delay
 
@@ -405,6 +428,12 @@ class Replica:
         # Roll to an empty fragment at the end: the last fragment goes to the persister.
         await sp.must_apply(pb.ReplicateRequest(proposal=_empty_at_end(sp), registers=sp.registers))
         self.release_held()
+        if self.primary and sp.end > 0:
+            try:
+                async with asyncio.timeout(SHUTDOWN_PIPELINE_TIMEOUT):
+                    await self.host.checkpoint_head(self, sp.end)
+            except (TimeoutError, errors.BrokerServerError) as e:
+                log.warning("journal %s: head at %d not recorded: %s", self.journal, sp.end, e)
         self.index.close()
         # The slots are intentionally left empty: nothing may use this replica again.
 

@@ -59,6 +59,8 @@ class ServiceConfig:
     recovery_delay: float = replica.DEFAULT_RECOVERY_DELAY
     """Seconds a journal's spools must trail its persisted fragments before it resumes
     at their end (see Replica.head_recovery_ready); at least the member lease."""
+    resume_head_gaps: bool = False
+    """Whether such a journal resumes at all without `gazctl journals reset-head`."""
     peer_tls: dial.TLS = dataclasses.field(default_factory=dial.TLS)
     """Our side of TLS to peers with ``https://`` endpoints (``--broker.peer-*-file``)."""
 
@@ -151,6 +153,7 @@ class Service:
             spool_config=self.config.spool,
             pulse_interval=self.config.pulse_interval,
             recovery_delay=self.config.recovery_delay,
+            resume_head_gaps=self.config.resume_head_gaps,
         )
 
     async def run(self) -> None:
@@ -291,6 +294,48 @@ class Service:
         cmps.extend(txn.mod_revision_is(kv.key, kv.mod_revision) for kv in resolution.assignments)
         ops = [txn.put(item.key, spec.SerializeToString())]
         return await self._checked_txn(cmps, ops, "updating JournalSpec")
+
+    async def checkpoint_head(self, rep: replica.Replica, offset: int) -> None:
+        """Record in the JournalSpec that ``rep``'s journal goes on at ``offset``.
+
+        A stopping primary calls it with the end of everything it held (which its
+        persister stores before the broker exits). Had another broker taken the
+        journal over, its synchronised spools reach ``offset`` and this is moot;
+        if none did (the whole cluster stops), the next primary's spool starts
+        empty, behind the stored fragments, and would refuse appends (see
+        Replica.head_recovery_ready): the offset of ``suspend``, which Gazette's
+        brokers roll a pipeline forward to as ours do, lets it go on there. The
+        txn holds only while our primary assignment (under our live lease) does.
+        """
+        state = self.observed.state
+        i = state.find_item(rep.journal)
+        if i == -1 or not self.lease_valid():
+            return
+        item = state.items[i]
+        spec: pb.JournalSpec = item.decoded.spec
+        if spec.suspend.offset >= offset:
+            return
+        assignments = state.assignments_of(i)
+        local = self.local_id()
+        ours = [
+            kv
+            for kv in assignments
+            if kv.decoded.slot == 0
+            and kv.decoded.member_zone == local.zone
+            and kv.decoded.member_suffix == local.suffix
+        ]
+        if not ours:
+            return
+        update = pb.JournalSpec()
+        update.CopyFrom(spec)
+        update.suspend.offset = offset
+        cmps = [txn.mod_revision_is(item.key, item.mod_revision)]
+        cmps.extend(txn.mod_revision_is(kv.key, kv.mod_revision) for kv in ours)
+        ops = [txn.put(item.key, update.SerializeToString())]
+        if await self._checked_txn(cmps, ops, "recording the journal head"):
+            log.info(
+                "journal %s: head recorded at %d for whoever serves it next", rep.journal, offset
+            )
 
     async def _checked_txn(self, cmps: list[object], ops: list[object], what: str) -> int:
         """Run a guarded txn; the revision to read through (0 if it lost its race)."""
