@@ -563,3 +563,46 @@ async def test_a_whole_cluster_that_stopped_goes_on_where_it_safely_can(
             end = max(_stored_ends(cluster, name))
             resp = await testing.append(stub, name, [b"more"], offset=end)
             assert resp.status == pb.OK and resp.commit.begin == end, resp
+
+
+@pytest.mark.timeout(300)
+async def test_a_replicate_stream_ends_once_its_route_is_replaced(
+    etcd_server: ks_testing.EtcdServer, tmp_path: Any, cluster_factory: Any
+) -> None:
+    # A primary cut off from etcd keeps its Replicate streams, each holding a peer's
+    # spool. Once its lease is gone and the journal has a new route, the peer ends
+    # such a stream (UNAVAILABLE), so the new primary gets the spool instead of
+    # waiting for the partition to heal. Here a stream of the killed primary's route,
+    # opened before etcd expired its lease, plays the cut-off primary.
+    with cluster_factory(etcd_server, tmp_path, brokers=3, lease="3s") as cluster:
+        name = "faults/stale-route"
+        spec = testing.journal_spec(name, replication=2, stores=[cluster.store_url])
+        async with cluster.channel(0) as ch:
+            stub = _stub(ch)
+            assert (await testing.apply_specs(stub, spec)).status == pb.OK
+            await testing.wait_writable(stub, name)
+            assert (await testing.append(stub, name, [b"0123456789"])).status == pb.OK
+            _, meta = await testing.read(stub, name, -1)
+        header = meta[0].header
+        route = header.route
+        primary, replica = route.members[route.primary], route.members[1 - route.primary]
+        killed_at = time.monotonic()
+        cluster.kill(next(i for i, b in enumerate(cluster.brokers) if b.id == primary))
+        header.process_id.CopyFrom(replica)
+        at = next(i for i, b in enumerate(cluster.brokers) if b.id == replica)
+        async with cluster.channel(at) as ch:
+            call = _stub(ch).Replicate(timeout=120)
+            frag = pb.Fragment(journal=name, begin=10, end=10, compression_codec=pb.NONE)
+            await call.write(pb.ReplicateRequest(header=header, proposal=frag, acknowledge=True))
+            first = await call.read()
+            assert first.status in (pb.OK, pb.PROPOSAL_MISMATCH), first
+            with pytest.raises(grpc.aio.AioRpcError) as cut:
+                await call.read()  # Idle, as a cut-off primary's stream would be.
+            took = time.monotonic() - killed_at
+            assert cut.value.code() == grpc.StatusCode.UNAVAILABLE, cut.value
+            assert "no longer the journal's" in (cut.value.details() or "")
+            print(f"\nstream of the old route ended {took:.1f}s after its primary died")
+            assert took < 30
+            # The new route's primary takes the spool and serves appends.
+            await testing.wait_writable(_stub(ch), name, within=30)
+            assert (await testing.append(_stub(ch), name, [b"more"])).status == pb.OK

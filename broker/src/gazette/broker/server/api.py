@@ -32,6 +32,7 @@ import grpc
 from gazette import keyspace, task
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import errors as frag_errors
+from gazette.broker.fragment import spool
 from gazette.broker.protocol import auth, dial
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 from gazette.broker.server import (
@@ -40,6 +41,7 @@ from gazette.broker.server import (
     metadata_api,
     metrics,
     read_api,
+    replica,
     resolver,
     service,
 )
@@ -376,6 +378,35 @@ class JournalServicer(pb2_grpc.JournalServicer):
 
         rep = res.replica
         assert rep is not None
+        watch = _RouteWatch(self.svc, req.proposal.journal, req.header.route, res, rep)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                watcher = tg.create_task(watch.run(), name=f"route watch {rep.journal}")
+                try:
+                    await self._replicate_with(context, req, res, rep, sp, watch)
+                finally:
+                    watcher.cancel()
+        except asyncio.CancelledError:
+            if not watch.cut:
+                raise
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+            raise errors.ReplicaStopped(
+                f"{rep.journal}: the route of this replication stream is no longer the"
+                " journal's (its primary was replaced)"
+            ) from None
+
+    async def _replicate_with(
+        self,
+        context: grpc.aio.ServicerContext[pb.ReplicateRequest, pb.ReplicateResponse],
+        req: pb.ReplicateRequest,
+        res: resolver.Resolution,
+        rep: replica.Replica,
+        sp: spool.Spool,
+        watch: _RouteWatch,
+    ) -> None:
+        """Serve a Replicate stream that holds ``rep``'s spool ``sp`` (see _replicate)."""
         broken = True  # Until the primary's EOF: see Replica.return_spool.
         # Until the first content, proposals are the pipeline's synchronisation, whose
         # rolls are stored at once (see Replica.storing_at_once); rolls amid appends
@@ -416,7 +447,16 @@ class JournalServicer(pb2_grpc.JournalServicer):
                     await context.write(resp)
                 elif resp.status != pb.OK:
                     raise errors.PipelineError(f"no ack requested but status != OK: {resp}")
-                nxt = await context.read()
+                if watch.changed:
+                    raise errors.ReplicaStopped(
+                        f"{rep.journal}: the route of this replication stream is no longer"
+                        " the journal's (its primary was replaced)"
+                    )
+                watch.reading = True
+                try:
+                    nxt = await context.read()
+                finally:
+                    watch.reading = False
                 if nxt is grpc.aio.EOF:
                     # grpc.aio reads a dropped connection (the primary was killed) as
                     # a clean EOF too, and cancels this handler just after (0.1 ms here):
@@ -585,6 +625,57 @@ class JournalServicer(pb2_grpc.JournalServicer):
 
 _st = metadata_api.st
 _authorizer = metadata_api.authorizer
+
+
+class _RouteWatch:
+    """Ends a Replicate stream once its replica's route is not the stream's any more.
+
+    A primary cut off from etcd keeps its streams to its peers, and each holds
+    a peer's spool: without this, it would go on committing there after its
+    lease, and the journal's next primary would wait for that spool (for the
+    whole partition: the chaos suite's etcd-only cut). When the replica's
+    resolution is invalidated and the route it resolves to differs, a read the
+    stream is waiting on is cancelled (``cut``); a stream busy applying a
+    request stops before its next read (``changed``). Cancelling only reads
+    keeps a spool from being left half-way through a request.
+    """
+
+    def __init__(
+        self,
+        svc: service.Service,
+        journal: str,
+        route: pb.Route,
+        res: resolver.Resolution,
+        rep: replica.Replica,
+    ) -> None:
+        self._svc = svc
+        self._journal = journal
+        self._route = route
+        self._res = res
+        self._rep = rep
+        self._task = asyncio.current_task()
+        self.reading = False
+        self.changed = False
+        self.cut = False
+
+    async def run(self) -> None:
+        res = self._res
+        while True:
+            await res.invalidated.wait()
+            try:
+                res = await self._svc.resolve(self._journal, may_proxy=False, require_primary=False)
+            except errors.BrokerServerError:
+                break
+            if (
+                res.status != pb.OK
+                or res.replica is not self._rep
+                or not pb.route_equivalent(res.header.route, self._route)
+            ):
+                break
+        self.changed = True
+        if self.reading and self._task is not None:
+            self.cut = True
+            self._task.cancel()
 
 
 class _WholeWrites:
