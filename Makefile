@@ -86,8 +86,22 @@ images: ## Build images/*/Dockerfile as gazette-<name>:$(IMAGE_TAG) (needs docke
 helm: ## Build helm, kwok and kind from their Go modules into the tool cache (e2e/cache-root.sh; slow once).
 	@e2e/helm/build.sh "" helm kwok kind
 
+# Debian packages the tests use: FUSE (libfuse2 for fusepy, fusermount) for the stalled
+# spool disk, iproute2 for the partition nemesis' network namespaces.
+SYSTEM_PACKAGES := fuse libfuse2 iproute2
+
+.PHONY: system-packages
+system-packages: ## Install the Debian packages the tests need (FUSE, iproute2) when missing and apt-get is at hand (root).
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	  if [ -n "$$missing" ]; then \
+	    if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	      echo "installing $$missing (apt-get)"; \
+	      apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	    else echo "make system-packages: missing $$missing (install them; the tests that need them say so)"; fi; \
+	  fi
+
 .PHONY: tools
-tools: ## Build, once, every tool the tests run (Kubernetes binaries, helm, kwok, kind, Go Gazette, the Go message/recovery-log/consumer programs, fake-gcs-server) into the tool cache outside the checkout.
+tools: system-packages ## Build, once, every tool the tests run (Kubernetes binaries, helm, kwok, kind, Go Gazette, the Go message/recovery-log/consumer programs, fake-gcs-server) into the tool cache outside the checkout.
 	@command -v go >/dev/null || { echo "make tools: no go on PATH; the tests that need Go tools will say so"; exit 0; }; \
 	  set -e; \
 	  e2e/apiserver/build.sh; \

@@ -8,6 +8,10 @@ a commit proposal (Next() with the running SHA-1, proposal check, index
 commit), for 32 KiB and 128 KiB appends, codec NONE.
 (c) Each codec's compression of the same bytes, streaming in 1 MiB blocks as
 the spool does (GZIP closing a member per batch), with its size ratio.
+(d) Small appends: the cost of a 1 KiB write's hop to the spool directory's
+writer thread (a stalled disk must not freeze the event loop), as microseconds
+per write: the pwrite inline on the loop (what the spool did before), the same
+pwrite through ``files.DiskWorker.run``, and a whole spool write+commit.
 
 Figures are MB/s (10^6 bytes) and each as a ratio to the ceiling measured in
 this run.
@@ -16,8 +20,10 @@ this run.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import random
+import statistics
 import time
 
 from gazette.broker import protocol as pb
@@ -122,6 +128,61 @@ async def spool_write_commit(data: bytes, chunk: int) -> float:
     return mbps(written, elapsed)
 
 
+SMALL = 1 << 10  # (d): bytes per small append
+SMALL_WRITES = 20_000  # (d): appends per measurement
+SMALL_RUNS = 5  # (d): measurements; the median is shown
+
+
+async def small_inline(data: bytes) -> float:
+    """Microseconds per 1 KiB pwrite done on the loop, as an await point like the spool's."""
+    f = files.SpoolFile.create()
+    try:
+        start = time.perf_counter()
+        for i in range(SMALL_WRITES):
+            f.pwrite(data[:SMALL], i * SMALL)
+            await asyncio.sleep(0)
+        return (time.perf_counter() - start) / SMALL_WRITES * 1e6
+    finally:
+        f.close()
+
+
+async def small_hop(data: bytes) -> float:
+    """Microseconds per 1 KiB pwrite through the directory's writer thread."""
+    workers = files.DiskWorkers()
+    worker = workers.for_directory(None)
+    f = files.SpoolFile.create()
+    try:
+        start = time.perf_counter()
+        for i in range(SMALL_WRITES):
+            await worker.run(functools.partial(f.pwrite, data[:SMALL], i * SMALL), 10.0)
+        return (time.perf_counter() - start) / SMALL_WRITES * 1e6
+    finally:
+        f.close()
+        workers.close()
+
+
+async def small_spool(data: bytes) -> float:
+    """Microseconds per 1 KiB spool write+commit (content request, then its proposal)."""
+    cfg = spool.SpoolConfig()
+    sp = spool.Spool(JOURNAL, _Observer(), config=cfg)
+    await sp.apply(
+        pb.ReplicateRequest(proposal=pb.Fragment(journal=JOURNAL, compression_codec=pb.NONE))
+    )
+    pieces = [data[o : o + SMALL] for o in range(0, 256 * SMALL, SMALL)]
+    registers = pb.LabelSet()
+    try:
+        start = time.perf_counter()
+        for i in range(SMALL_WRITES):
+            piece = pieces[i % len(pieces)]
+            await sp.apply(pb.ReplicateRequest(content=piece, content_delta=0), primary=True)
+            req = pb.ReplicateRequest(proposal=sp.next(), registers=registers)
+            resp = await sp.apply(req, primary=True)
+            assert resp.status == pb.OK
+        return (time.perf_counter() - start) / SMALL_WRITES * 1e6
+    finally:
+        cfg.workers.close()
+
+
 def compress(codec: int, data: bytes) -> tuple[float, float]:
     block = 1 << 20
     c = codecs.new_compressor(codec)
@@ -150,6 +211,18 @@ def main() -> None:
             f"raw write+SHA-1 {hashed:8.1f} ({hashed / ceilings[chunk]:.2f}x)   "
             f"spool {rate:8.1f}   ratio {rate / ceilings[chunk]:.2f}x"
         )
+    print(
+        f"small appends of {SMALL} bytes, {SMALL_WRITES} per run, median of {SMALL_RUNS} runs "
+        "(microseconds per append)"
+    )
+    inline, hop, whole = (
+        statistics.median(asyncio.run(case(data)) for _ in range(SMALL_RUNS))
+        for case in (small_inline, small_hop, small_spool)
+    )
+    print(
+        f"  pwrite inline {inline:6.1f}   pwrite via writer thread {hop:6.1f} "
+        f"(+{hop - inline:.1f})   spool write+commit {whole:6.1f}"
+    )
     ceiling = ceilings[CHUNKS[-1]]
     print(
         f"codec compression of {len(data) >> 20} MiB in 1 MiB blocks (ceiling: raw write {ceiling:.1f} MB/s)"

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import datetime
+import functools
 import hashlib
 import logging
 import os
@@ -60,8 +62,17 @@ class SpoolConfig:
     compression_batch_size: int = 1 << 20
     # Pause before retrying a failed spool file-system operation (retried forever).
     retry_interval: float = 5.0
-    # Content of at least this many bytes is written and hashed in a worker thread.
+    # Content of at least this many bytes is hashed in a worker thread.
     threaded_write_size: int = 1 << 20
+    # Seconds a spool file write or creation may take before its request fails
+    # (``--broker.spool-write-timeout``). The disk may still finish it later.
+    write_timeout: float = 10.0
+    # The threads that spool file writes and creations run on, one per directory:
+    # never the event loop, which a stalled disk would freeze for the whole broker.
+    # Shared by every spool made with this config.
+    workers: files.DiskWorkers = dataclasses.field(
+        default_factory=files.DiskWorkers, compare=False, repr=False
+    )
 
 
 class SpoolObserver(Protocol):
@@ -255,15 +266,26 @@ class Spool:
                 f"invalid ContentDelta ({content_delta}; expected {self._delta})"
             )
         offset = self.content_length + self._delta
+        directory = self.config.directory
+        worker = self.config.workers.for_directory(directory)
+        timeout = self.config.write_timeout
         try:
             if self.file is None:
                 if self.content_length != 0:
                     raise AssertionError("spool fragment not empty, but has no file")
-                self.file = files.SpoolFile.create(self.config.directory)
-            if len(content) >= self.config.threaded_write_size:
-                await asyncio.to_thread(self.file.pwrite, content, offset)
-            else:
-                self.file.pwrite(content, offset)
+                self.file = await worker.run(
+                    functools.partial(files.SpoolFile.create, directory), timeout
+                )
+            # Even a small write goes to the directory's thread: on a stalled disk a
+            # 1-byte pwrite blocks like any other, and inline it would freeze the loop.
+            await worker.run(functools.partial(self.file.pwrite, content, offset), timeout)
+        except TimeoutError as e:
+            # As below, the delta is unchanged. The write may still land later, past
+            # the commit point; the worker's order puts any rewrite of it after.
+            metrics.SPOOL_WRITE_FAILURES_TOTAL.inc()
+            raise errors.SpoolWriteError(
+                f"writing spool content of {self.journal}: {e} (--broker.spool-write-timeout)"
+            ) from e
         except OSError as e:
             # Nothing is counted as written: the delta is unchanged, so the rollback
             # that follows the failed append ignores whatever part reached the file.

@@ -92,6 +92,9 @@ class BrokerConfig:
     file_root: str = ""
     file_only: bool = False
     spool_dir: str = ""  # Empty: the system temporary directory.
+    #: ``--broker.spool-write-timeout`` (ours): how long a spool file write (or
+    #: creation) may take before its append fails; Gazette waits forever.
+    spool_write_timeout_s: float = 10.0
     max_append_rate: int = 0
     min_append_rate: int = 1 << 16
     max_replication: int = 9
@@ -308,6 +311,16 @@ _FLAGS: tuple[Flag, ...] = (
         str,
         "",
         "Directory of spool files, created if missing (default: the system temporary directory)",
+    ),
+    (
+        "--broker.spool-write-timeout",
+        "BROKER_SPOOL_WRITE_TIMEOUT",
+        "broker.spool_write_timeout_s",
+        duration_s,
+        10.0,
+        "How long a write to a spool file may take before its append fails (with UNAVAILABLE); "
+        "while one write stays stuck longer, further appends fail at once, so a stalled disk "
+        "fails its journals' appends rather than hanging them (Go duration)",
     ),
     (
         "--broker.max-append-rate",
@@ -598,6 +611,10 @@ def parse(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = Non
     if cfg.etcd.prefix.endswith("/") or not cfg.etcd.prefix.startswith("/"):
         raise SystemExit(
             f"--etcd.prefix must be an absolute path without trailing '/': {cfg.etcd.prefix!r}"
+        )
+    if not cfg.broker.spool_write_timeout_s > 0:
+        raise SystemExit(
+            f"--broker.spool-write-timeout must be positive: {cfg.broker.spool_write_timeout_s:g}s"
         )
     check_broker_spec(cfg.broker)
     check_etcd(cfg.etcd)

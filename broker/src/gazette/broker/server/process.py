@@ -249,7 +249,10 @@ async def serve(
                         min_append_rate=bcfg.min_append_rate,
                     ),
                     auto_suspend=bcfg.auto_suspend,
-                    spool=spool.SpoolConfig(directory=bcfg.spool_dir or None),
+                    spool=spool.SpoolConfig(
+                        directory=bcfg.spool_dir or None,
+                        write_timeout=bcfg.spool_write_timeout_s,
+                    ),
                     max_message_size=bcfg.max_grpc_recv_size,
                     # A gap must outlast any earlier member's lease: see head_recovery_ready.
                     recovery_delay=lease_ttl + 2.0,
