@@ -6,6 +6,7 @@ Each peer serves ``Replicate`` by applying requests to a real
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -80,7 +81,7 @@ async def peers(tmp_path: Any) -> AsyncIterator[list[Peer]]:
 
 
 async def make_pipeline(
-    peers: list[Peer], tmp: str
+    peers: list[Peer], tmp: str, *, peer_timeout: float = pipeline.REPLICATION_TIMEOUT
 ) -> tuple[pipeline.Pipeline, spool.Spool, list[Any]]:
     header = pb.Header()
     header.process_id.CopyFrom(PRIMARY)
@@ -97,7 +98,7 @@ async def make_pipeline(
         return pb2_grpc.JournalStub(ch)
 
     returned: list[Any] = []
-    pln = pipeline.Pipeline(header, local, returned.append, stub_for)
+    pln = pipeline.Pipeline(header, local, returned.append, stub_for, timeout=peer_timeout)
     pln.channels = channels  # type: ignore[attr-defined]
     return pln, local, returned
 
@@ -202,3 +203,37 @@ async def test_a_dead_peer_fails_the_pipeline(peers: list[Peer], tmp_path: Any) 
     await close(pln, abort=True)
     # The primary's own spool committed (peers catch up at the next sync) and went back.
     assert returned == [local] and local.spec.end == 4
+
+
+async def test_a_peer_that_never_answers_fails_the_pipeline_in_bounded_time(
+    peers: list[Peer], tmp_path: Any
+) -> None:
+    # A peer behind a network partition neither answers nor fails: the pipeline
+    # gives up on it after its timeout instead of waiting for TCP to.
+    pln, local, returned = await make_pipeline(peers, str(tmp_path), peer_timeout=0.5)
+    await pln.scatter(sync_request(pln, pb.Fragment(journal=JOURNAL, compression_codec=pb.NONE)))
+    await pln.gather_sync()
+    assert pln.recv_err() is None
+    # Peer-two's stream goes silent: it answers no proposal from now on.
+    silent = asyncio.Event()
+    original = peers[1].spool.apply
+
+    async def never(req: pb.ReplicateRequest, **_: Any) -> pb.ReplicateResponse:
+        await silent.wait()
+        return await original(req)
+
+    peers[1].spool.apply = never  # type: ignore[method-assign]
+    await pln.scatter(pb.ReplicateRequest(content=b"data", content_delta=0))
+    await pln.scatter(
+        pb.ReplicateRequest(proposal=local.next(), registers=pb.LabelSet(), acknowledge=True)
+    )
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await pln.gather_ok()
+    took = loop.time() - started
+    err = pln.recv_err()
+    assert err is not None and "peer-two" in str(err) and "no answer for 0.5s" in str(err)
+    assert took < 3.0, took
+    silent.set()
+    await close(pln, abort=True)
+    assert returned == [local]

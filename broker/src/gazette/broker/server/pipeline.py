@@ -37,6 +37,13 @@ class LocalSpool(Protocol):
     ) -> pb2.ReplicateResponse: ...
 
 
+# How long a peer may take to take a Replicate message or to answer one. A peer
+# behind a network partition neither fails nor answers (TCP retransmits for many
+# minutes): without a bound, an append to it would hang until its client's
+# deadline, and its journal with it. Peers answer in milliseconds; a replica whose
+# spool disk is stuck fails its write after --broker.spool-write-timeout (10 s).
+REPLICATION_TIMEOUT = 15.0
+
 StubFor = Callable[[pb2.ProcessSpec.ID, str], pb2_grpc.JournalStub]
 """Returns a Journal stub dialed to (member id, endpoint)."""
 
@@ -53,8 +60,12 @@ class Pipeline:
         return_spool: Callable[[Any], None],
         stub_for: StubFor,
         metadata: tuple[tuple[str, str], ...] = (),
+        *,
+        timeout: float = REPLICATION_TIMEOUT,
     ) -> None:
-        """``metadata`` goes with every Replicate call (the broker's own token, if any)."""
+        """``metadata`` goes with every Replicate call (the broker's own token, if any);
+        ``timeout`` bounds each write to and read from a peer (see REPLICATION_TIMEOUT)."""
+        self.timeout = timeout
         route = header.route
         assert route.primary != -1, "a pipeline needs a primary"
         self.header = header
@@ -95,9 +106,15 @@ class Pipeline:
                 msg.CopyFrom(req)
                 msg.header.process_id.CopyFrom(self.header.route.members[i])
             try:
-                await call.write(msg)
+                async with asyncio.timeout(self.timeout):
+                    await call.write(msg)
             except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as e:
                 self._send_errs[i] = e
+            except TimeoutError:
+                self._send_errs[i] = errors.PipelineError(
+                    f"took no message for {self.timeout:g}s (partitioned?)"
+                )
+                call.cancel()
         p = self.header.route.primary
         if self._send_errs[p] is None:
             try:
@@ -189,9 +206,15 @@ class Pipeline:
             if call is None or self._recv_errs[i] is not None:
                 continue
             try:
-                out.append((i, await call.read()))
+                async with asyncio.timeout(self.timeout):
+                    out.append((i, await call.read()))
             except grpc.aio.AioRpcError as e:
                 self._recv_errs[i] = e
+            except TimeoutError:
+                self._recv_errs[i] = errors.PipelineError(
+                    f"no answer for {self.timeout:g}s (partitioned?)"
+                )
+                call.cancel()
         return out
 
     async def _gather(self) -> None:
