@@ -203,15 +203,18 @@ async def test_operations_run_in_order_and_a_timed_out_queued_one_never_runs(
 ) -> None:
     worker = workers.for_directory("/nowhere")
     ran: list[str] = []
+    started = threading.Event()
 
     def op(name: str, wait: bool = False) -> str:
         if wait:
+            started.set()
             assert gate.wait(30)
         ran.append(name)
         return name
 
     first = asyncio.create_task(worker.run(functools.partial(op, "first", True), 0.2))
-    await asyncio.sleep(0.05)  # "first" is running (held by the gate).
+    # "first" is running (held by the gate): wait for it, however loaded the machine.
+    assert await asyncio.to_thread(started.wait, 10)
     with pytest.raises(TimeoutError, match=r"no answer within 0\.1s"):
         await worker.run(functools.partial(op, "queued"), 0.1)
     with pytest.raises(TimeoutError):

@@ -25,6 +25,10 @@ class FakeSpool:
         self.registers = pb2.LabelSet()
         self.delta = b""
         self.confirmed_end = 0
+        self.file = None
+
+    async def record_confirmed(self, file: Any = None, end: int | None = None) -> None:
+        pass
 
     def confirm(self, end: int) -> None:
         if self.spec.begin <= end <= self.spec.end:

@@ -559,8 +559,13 @@ async def test_a_whole_cluster_that_stopped_goes_on_where_it_safely_can(
             await asyncio.sleep(8)  # Past any lease: still refused.
             resp = await testing.append(stub, name, [b"more"])
             assert resp.status == pb.INDEX_HAS_GREATER_OFFSET, resp
-            # reset-head: an append at the stored end, once the operator knows.
+            # Killed, the brokers found their spools on disk when they started again
+            # and stored what was confirmed: every acknowledged byte.
             end = max(_stored_ends(cluster, name))
+            assert end == 20, _stored_ends(cluster, name)
+            content, _ = await testing.read(stub, name, block=True, end_offset=20)
+            assert content == b"0123456789abcdefghij"
+            # reset-head: an append at the stored end, once the operator knows.
             resp = await testing.append(stub, name, [b"more"], offset=end)
             assert resp.status == pb.OK and resp.commit.begin == end, resp
 
@@ -606,3 +611,60 @@ async def test_a_replicate_stream_ends_once_its_route_is_replaced(
             # The new route's primary takes the spool and serves appends.
             await testing.wait_writable(_stub(ch), name, within=30)
             assert (await testing.append(_stub(ch), name, [b"more"])).status == pb.OK
+
+
+@pytest.mark.timeout(300)
+async def test_every_broker_killed_under_load_loses_no_acknowledged_append(
+    etcd_server: ks_testing.EtcdServer, tmp_path: Any, cluster_factory: Any
+) -> None:
+    # Appenders run; every broker is SIGKILLed at once; they start again on their
+    # spool directories. What each acknowledged is stored, at the offsets it was
+    # acknowledged at (a primary records a confirmation on disk before it answers).
+    with cluster_factory(etcd_server, tmp_path, brokers=3, lease="3s") as cluster:
+        name = "faults/kill-all"
+        spec = testing.journal_spec(name, replication=3, stores=[cluster.store_url])
+        acked: list[tuple[int, bytes]] = []
+        stop = asyncio.Event()
+
+        async def appender(w: int, stub: Any) -> None:
+            for n in itertools.count():
+                if stop.is_set():
+                    return
+                data = b"writer %d record %06d\n" % (w, n)
+                try:
+                    resp = await testing.append(stub, name, [data], deadline=5)
+                except grpc.aio.AioRpcError:
+                    return  # Its broker was killed mid-append: the outcome is unknown.
+                if resp.status != pb.OK:
+                    return
+                acked.append((resp.commit.begin, data))
+
+        async with cluster.channel(0) as ch:
+            stub = _stub(ch)
+            assert (await testing.apply_specs(stub, spec)).status == pb.OK
+            await testing.wait_writable(stub, name)
+            async with asyncio.TaskGroup() as tg:
+                for w in range(3):
+                    tg.create_task(appender(w, stub))
+                await asyncio.sleep(2.0)
+                cluster.kill_all()
+                stop.set()
+        assert len(acked) > 20, len(acked)
+        await asyncio.to_thread(cluster.start)
+        end = max(begin + len(data) for begin, data in acked)
+        deadline = time.monotonic() + 60
+        while max(_stored_ends(cluster, name), default=0) < end:
+            assert time.monotonic() < deadline, (_stored_ends(cluster, name), end)
+            await asyncio.sleep(0.2)
+        async with cluster.channel(1) as ch:
+            while True:  # Until the restarted brokers serve the journal again.
+                content, meta = await testing.read(_stub(ch), name, block=True, end_offset=end)
+                if len(content) == end or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.2)
+        assert len(content) == end, (len(content), end, meta)
+        lost = [(b, d) for b, d in acked if content[b : b + len(d)] != d]
+        print(
+            f"\n{len(acked)} appends acknowledged before every broker was killed; {len(lost)} lost"
+        )
+        assert not lost, lost[:5]

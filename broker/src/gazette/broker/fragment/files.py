@@ -27,9 +27,11 @@ import contextlib
 import logging
 import os
 import queue
+import struct
 import tempfile
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
@@ -48,12 +50,46 @@ class ReaderAt(Protocol):
 
 
 class SpoolFile:
-    """An anonymous (already unlinked) read-write file."""
+    """A read-write spool file: anonymous (already unlinked), or recoverable.
 
-    __slots__ = ("_fd",)
+    A recoverable file (:meth:`create_recoverable`) keeps its name in the spool
+    directory beside a :class:`SpoolRecord`, so that a broker that was killed
+    finds it when it starts again (:mod:`gazette.broker.fragment.recovery`);
+    :meth:`unlink` removes both once its content is stored.
+    """
 
-    def __init__(self, fd: int) -> None:
+    __slots__ = ("_fd", "path", "record")
+
+    def __init__(self, fd: int, path: str | None = None, record: SpoolRecord | None = None) -> None:
         self._fd = fd
+        self.path = path
+        self.record = record
+
+    @classmethod
+    def create_recoverable(cls, directory: str, journal: str, begin: int, codec: int) -> SpoolFile:
+        """Create ``<directory>/<journal, quoted>/<begin>-<random>.spool`` and its record."""
+        folder = os.path.join(directory, urllib.parse.quote(journal, safe=""))
+        os.makedirs(folder, exist_ok=True)
+        fd, path = tempfile.mkstemp(prefix=f"{begin:016x}-", suffix=SPOOL_SUFFIX, dir=folder)
+        try:
+            record = SpoolRecord.create(path + RECORD_SUFFIX, journal, begin, codec)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        return cls(fd, path, record)
+
+    def unlink(self) -> None:
+        """Remove a recoverable file's names (its content is stored); readers keep it open."""
+        path, self.path = self.path, None
+        record, self.record = self.record, None
+        for name in (path, record.path if record is not None else None):
+            if name is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name)
+        if record is not None:
+            record.close()
 
     @classmethod
     def create(cls, directory: str | None = None) -> SpoolFile:
@@ -107,6 +143,72 @@ class SpoolFile:
         if getattr(self, "_fd", -1) >= 0:
             with contextlib.suppress(OSError):
                 self.close()
+
+
+SPOOL_SUFFIX = ".spool"
+RECORD_SUFFIX = ".record"
+_RECORD_MAGIC = b"GZSPOOL1"
+# magic, begin, confirmed end, codec, journal name length; then the name.
+_RECORD_HEAD = struct.Struct("<8sqqiI")
+_CONFIRMED_AT = 16  # Offset of the confirmed end within the record.
+
+
+class SpoolRecord:
+    """The sidecar of a recoverable spool file: whose content it is, and how much is confirmed.
+
+    Written once when the spool file is made (journal, first offset, codec),
+    then only its confirmed end, an 8-byte write in place, before a primary
+    acknowledges the append that confirms it: a broker killed afterwards finds
+    on its disk everything it acknowledged, and that it may publish.
+    """
+
+    __slots__ = ("_fd", "path")
+
+    def __init__(self, fd: int, path: str) -> None:
+        self._fd = fd
+        self.path = path
+
+    @classmethod
+    def create(cls, path: str, journal: str, begin: int, codec: int) -> SpoolRecord:
+        name = journal.encode()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            data = _RECORD_HEAD.pack(_RECORD_MAGIC, begin, begin, codec, len(name)) + name
+            os.pwrite(fd, data, 0)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        return cls(fd, path)
+
+    def set_confirmed(self, end: int, sync: bool = False) -> None:
+        os.pwrite(self._fd, struct.pack("<q", end), _CONFIRMED_AT)
+        if sync:
+            os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", -1) >= 0:
+            with contextlib.suppress(OSError):
+                self.close()
+
+    @staticmethod
+    def read(path: str) -> tuple[str, int, int, int]:
+        """(journal, begin, confirmed end, codec) of the record at ``path``; ValueError if torn."""
+        with open(path, "rb") as f:
+            data = f.read()
+        if len(data) < _RECORD_HEAD.size:
+            raise ValueError(f"spool record {path} is {len(data)} bytes, too short")
+        magic, begin, confirmed, codec, n = _RECORD_HEAD.unpack_from(data)
+        name = data[_RECORD_HEAD.size : _RECORD_HEAD.size + n]
+        if magic != _RECORD_MAGIC or len(name) != n or not begin <= confirmed:
+            raise ValueError(f"spool record {path} is not one of ours, or torn")
+        return name.decode(), begin, confirmed, codec
 
 
 class BytesReaderAt:

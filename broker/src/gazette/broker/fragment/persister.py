@@ -201,6 +201,7 @@ class Persister:
                 log.warning("still persisting %d completed spools", self._pending)
 
     async def _upload(self, sp: spool.Spool, primary: bool, held: bool = False) -> None:
+        whole = sp
         try:
             if not sp.confirmed:
                 sp = await self._cut(sp, held)
@@ -212,6 +213,9 @@ class Persister:
             while True:
                 async with self._sem:
                     if await self.attempt_persist(sp, exiting=self._stopping.is_set()):
+                        if not held:
+                            # Stored (or let go): a restart has nothing to recover here.
+                            await whole.forget_file()
                         return
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.config.max_retry_interval)

@@ -73,6 +73,13 @@ class SpoolConfig:
     workers: files.DiskWorkers = dataclasses.field(
         default_factory=files.DiskWorkers, compare=False, repr=False
     )
+    # Spool files keep their names in ``directory`` beside a record of how much of
+    # them is confirmed, to be found again after a crash (``--broker.spool-dir``).
+    recoverable: bool = False
+    # Each confirmation flushes the spool file and its record to the device
+    # (fdatasync: ``--broker.spool-sync``), for power loss; a crash of the process
+    # alone loses nothing the kernel was given.
+    sync: bool = False
 
 
 class SpoolObserver(Protocol):
@@ -221,6 +228,48 @@ class Spool:
         if self.spec.begin <= end <= self.spec.end and end > self.confirmed_end:
             self.confirmed_end = end
 
+    async def record_confirmed(
+        self, file: files.SpoolFile | None = None, end: int | None = None
+    ) -> None:
+        """Write the confirmed end into a recoverable spool file's record (see confirm).
+
+        A primary awaits it before it acknowledges the append that confirmed it;
+        ``file`` and ``end`` name what to record when the spool may have rolled
+        since (the confirmation's file and end, taken when it happened).
+        A failure is logged, not raised: every member holds the content, and only
+        its recovery after the whole route crashed depends on the record.
+        """
+        f = self.file if file is None else file
+        if f is None or f.record is None:
+            return
+        record = f.record
+        if end is None:
+            end = self.confirmed_end
+        worker = self.config.workers.for_directory(self.config.directory)
+
+        def write() -> None:
+            if self.config.sync:
+                os.fdatasync(f.fileno())
+            record.set_confirmed(end, sync=self.config.sync)
+
+        try:
+            await worker.run(write, self.config.write_timeout)
+        except (OSError, TimeoutError) as e:
+            log.warning(
+                "journal %s: confirmed end %d not recorded on disk: %s", self.journal, end, e
+            )
+
+    async def forget_file(self) -> None:
+        """Remove a recoverable spool file's names: its content is stored (or dropped)."""
+        f = self.file
+        if f is None or f.path is None:
+            return
+        worker = self.config.workers.for_directory(self.config.directory)
+        try:
+            await worker.run(f.unlink, self.config.write_timeout)
+        except (OSError, TimeoutError) as e:
+            log.warning("journal %s: spool file %s not removed: %s", self.journal, f.path, e)
+
     def next(self) -> pb.Fragment:
         """The fragment a commit of the pending ``delta`` would produce."""
         f = _copy_fragment(self.spec)
@@ -273,9 +322,17 @@ class Spool:
             if self.file is None:
                 if self.content_length != 0:
                     raise AssertionError("spool fragment not empty, but has no file")
-                self.file = await worker.run(
-                    functools.partial(files.SpoolFile.create, directory), timeout
-                )
+                if self.config.recoverable and directory is not None:
+                    create = functools.partial(
+                        files.SpoolFile.create_recoverable,
+                        directory,
+                        self.journal,
+                        self.spec.begin,
+                        self.spec.compression_codec,
+                    )
+                else:
+                    create = functools.partial(files.SpoolFile.create, directory)
+                self.file = await worker.run(create, timeout)
             # Even a small write goes to the directory's thread: on a stalled disk a
             # 1-byte pwrite blocks like any other, and inline it would freeze the loop.
             await worker.run(functools.partial(self.file.pwrite, content, offset), timeout)
@@ -471,6 +528,31 @@ class Spool:
                 time.sleep(self.config.retry_interval)
                 self._compressor = None
                 self._compress_through(self.spec.end)
+
+
+async def recovered(
+    journal: str,
+    begin: int,
+    confirmed: int,
+    codec: int,
+    file: files.SpoolFile,
+    config: SpoolConfig,
+) -> Spool:
+    """A completed spool of the confirmed content of a spool file found on disk."""
+
+    class _Nobody:
+        def spool_commit(self, fragment: cover_set.Fragment) -> None: ...
+        def spool_complete(self, spool: Spool, primary: bool) -> None: ...
+
+    sp = Spool(journal, _Nobody(), config=config)
+    sp.spec = pb.Fragment(journal=journal, begin=begin, end=confirmed)
+    sp.spec.compression_codec = codec  # type: ignore[assignment]  # From a record we wrote.
+    if confirmed > begin:
+        digest = await asyncio.to_thread(_sha1_of, file, confirmed - begin)
+        sp.spec.sum.CopyFrom(pb.sha1sum_from_digest(digest))
+    sp.file = file
+    sp.confirmed_end = confirmed
+    return sp
 
 
 async def confirmed_part(sp: Spool) -> Spool | None:

@@ -264,6 +264,7 @@ class ContentPhase:
             self.pln = None
             await self.release_pipeline()  # Returns None: a new pipeline will be built.
         confirmed = False
+        confirmed_file = None
         try:
             await wait_for  # Our turn to read ordered acknowledgements.
             await pln.gather_ok()
@@ -273,11 +274,13 @@ class ContentPhase:
                 # Every member committed it: it may be published whatever happens
                 # next (before the next append may send its proposal).
                 pln.spool.confirm(self.proposal.end)
-                confirmed = True
+                confirmed, confirmed_file = True, pln.spool.file
         finally:
             if not close_after.done():
                 close_after.set_result(None)
         if confirmed:
+            assert self.proposal is not None
+            await pln.spool.record_confirmed(confirmed_file, self.proposal.end)
             await self._tell_confirmed(pln)
 
         recv_err = pln.recv_err()

@@ -405,6 +405,7 @@ class AppendFSM(ContentPhase):
             # from our content, so what we hold is the journal's.
             spool = pln.spool
             spool.confirm(spool.spec.end)
+            await spool.record_confirmed()
             self._replica().settle_held(spool.spec.begin, adopt=True)
             if self.roll_after_sync and spool.spec.begin != spool.spec.end:
                 self.roll_after_sync = False

@@ -95,6 +95,8 @@ class BrokerConfig:
     #: ``--broker.spool-write-timeout`` (ours): how long a spool file write (or
     #: creation) may take before its append fails; Gazette waits forever.
     spool_write_timeout_s: float = 10.0
+    #: ``--broker.spool-sync`` (ours): fdatasync spool files as appends are confirmed.
+    spool_sync: bool = False
     max_append_rate: int = 0
     min_append_rate: int = 1 << 16
     max_replication: int = 9
@@ -310,7 +312,10 @@ _FLAGS: tuple[Flag, ...] = (
         "broker.spool_dir",
         str,
         "",
-        "Directory of spool files, created if missing (default: the system temporary directory)",
+        "Directory of spool files, created if missing. Spools there survive a crash: the "
+        "broker stores what it finds there (the confirmed part) before it announces itself "
+        "again, so keep it on a disk that outlives the process (default: anonymous files in "
+        "the system temporary directory, which do not)",
     ),
     (
         "--broker.spool-write-timeout",
@@ -321,6 +326,16 @@ _FLAGS: tuple[Flag, ...] = (
         "How long a write to a spool file may take before its append fails (with UNAVAILABLE); "
         "while one write stays stuck longer, further appends fail at once, so a stalled disk "
         "fails its journals' appends rather than hanging them (Go duration)",
+    ),
+    (
+        "--broker.spool-sync",
+        "BROKER_SPOOL_SYNC",
+        "broker.spool_sync",
+        parse_bool,
+        False,
+        "Flush spool files to the device (fdatasync) before acknowledging each append, so "
+        "that a broker restarted on its --broker.spool-dir after a power loss (not only a "
+        "crash) finds everything it acknowledged; costs a device flush per append",
     ),
     (
         "--broker.max-append-rate",

@@ -50,9 +50,10 @@ from collections.abc import Coroutine
 from typing import Any
 
 from gazette import allocator, keyspace
+from gazette.allocator import txn
 from gazette.broker import http_gateway, journals
 from gazette.broker import protocol as pb
-from gazette.broker.fragment import persister, spool, stores
+from gazette.broker.fragment import persister, recovery, spool, stores
 from gazette.broker.protocol import dial
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 from gazette.broker.server import api, config, flow_control, keyreload, service
@@ -211,8 +212,29 @@ async def serve(
         ),
     )
 
+    # Spool files keep their names in a spool dir we were given, to be recovered
+    # after a crash; in the system's temporary directory they stay anonymous.
+    spool_config = spool.SpoolConfig(
+        directory=bcfg.spool_dir or None,
+        write_timeout=bcfg.spool_write_timeout_s,
+        recoverable=bool(bcfg.spool_dir),
+        sync=bcfg.spool_sync,
+    )
+
+    async def spec_of(journal: str) -> pb.JournalSpec | None:
+        key = allocator.item_key(root, journal)
+        resp = await txn.commit(client, [], [txn.get(key)], [])
+        kvs = resp.responses[0].response_range.kvs
+        return pb.JournalSpec.FromString(kvs[0].value) if kvs else None
+
     try:
         async with registry, asyncio.TaskGroup() as tg:
+            if spool_config.recoverable and spool_config.directory is not None:
+                # Before we announce ourselves: what we held when we were killed may be
+                # the only copy of acknowledged appends (see fragment.recovery).
+                await recovery.recover(
+                    spool_config.directory, registry, spec_of, config=spool_config
+                )
             session_task = tg.create_task(session.run(), name="allocator session")
             stop_task = tg.create_task(stop.wait(), name="stop signal")
             ready_task = tg.create_task(session.ready.wait(), name="announced")
@@ -249,10 +271,7 @@ async def serve(
                         min_append_rate=bcfg.min_append_rate,
                     ),
                     auto_suspend=bcfg.auto_suspend,
-                    spool=spool.SpoolConfig(
-                        directory=bcfg.spool_dir or None,
-                        write_timeout=bcfg.spool_write_timeout_s,
-                    ),
+                    spool=spool_config,
                     max_message_size=bcfg.max_grpc_recv_size,
                     # A gap must outlast any earlier member's lease: see head_recovery_ready.
                     recovery_delay=lease_ttl + 2.0,
