@@ -131,6 +131,10 @@ class FakeReplica:
     gap_closed: int = 0
     # settle_held calls: (head, adopt).
     settled: list[tuple[int, bool]] = dataclasses.field(default_factory=list)
+    confirmations: int = 0
+
+    def tell_confirmed_soon(self) -> None:
+        self.confirmations += 1
 
     def settle_held(self, head: int, *, adopt: bool) -> None:
         self.settled.append((head, adopt))

@@ -258,6 +258,7 @@ async def test_proposal_mismatch_reported_to_a_replicate_client(
         route = header.route
         primary = route.members[route.primary]
         replica = route.members[1 - route.primary]
+        await asyncio.sleep(0.3)  # Until the replicas hear the append is confirmed.
         cluster.kill(next(i for i, b in enumerate(cluster.brokers) if b.id == primary))
         await _stored(cluster, name, 10)
 
@@ -311,6 +312,9 @@ async def test_a_roll_of_a_pipeline_synchronisation_is_stored_at_once(
         header = meta[0].header
         route = header.route
         primary, replica = route.members[route.primary], route.members[1 - route.primary]
+        # Replicas hear that the append is confirmed once the journal is quiet for
+        # replica.CONFIRM_DELAY (sooner, from the next append); until then they hold it.
+        await asyncio.sleep(0.3)
         cluster.kill(next(i for i, b in enumerate(cluster.brokers) if b.id == primary))
         # The replica's stream broke with its primary: it stores [0, 10) at once (grpc.aio
         # reads a dropped connection as EOF before it cancels the stream; that was
@@ -464,6 +468,9 @@ async def test_a_replica_stores_an_unconfirmed_tail_only_if_the_route_goes_on_fr
         header = meta[0].header
         route = header.route
         primary, replica = route.members[route.primary], route.members[1 - route.primary]
+        # Replicas hear that the append is confirmed once the journal is quiet for
+        # replica.CONFIRM_DELAY (sooner, from the next append); until then they hold it.
+        await asyncio.sleep(0.3)
         cluster.kill(next(i for i, b in enumerate(cluster.brokers) if b.id == primary))
         await _stored(cluster, name, 10)  # Confirmed (the primary said so): stored at once.
         header.process_id.CopyFrom(replica)

@@ -203,6 +203,10 @@ async def test_a_moving_head_gap_starts_the_wait_again() -> None:
 class FakePipeline:
     def __init__(self, rep: replica.Replica, sp: spool.Spool) -> None:
         self.rep, self.sp, self.closed = rep, sp, False
+        self.confirmed = asyncio.Event()
+
+    async def confirm_replicas(self) -> None:
+        self.confirmed.set()
 
     async def shutdown(self, expect_err: bool) -> None:
         self.closed = True
@@ -290,3 +294,25 @@ async def test_a_stopping_primary_records_its_head() -> None:
             rep.spool_slot.put_nowait(sp)
             rep.stop()
         assert host.checkpoints == ([10] if primary else [])
+
+
+async def test_replicas_of_an_idle_pipeline_are_told_of_a_confirmation() -> None:
+    # After an append is answered, its pipeline, if no append holds it, repeats its
+    # fragment to the replicas; one an append holds is left alone.
+    host = FakeHost()
+    rep = replica.Replica(JOURNAL, host, primary=True, create_revision=1, pulse_interval=3600)
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(rep.serve())
+        sp = await rep.spool_slot.get()
+        assert await rep.pipeline_slot.get() is None
+        pln = FakePipeline(rep, sp)
+        rep.tell_confirmed_soon()  # Held by an append: nothing is sent.
+        await asyncio.sleep(0.05)
+        assert not pln.confirmed.is_set()
+        rep.pipeline_slot.put_nowait(pln)
+        rep.tell_confirmed_soon()
+        await asyncio.wait_for(pln.confirmed.wait(), 5)
+        assert await rep.pipeline_slot.get() is pln  # Given back.
+        rep.pipeline_slot.put_nowait(None)
+        rep.spool_slot.put_nowait(sp)
+        rep.stop()

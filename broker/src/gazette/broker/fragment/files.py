@@ -233,7 +233,10 @@ class _Op:
     __slots__ = ("abandoned", "done", "fn", "loop", "timed_out")
 
     def __init__(
-        self, fn: Callable[[], Any], loop: asyncio.AbstractEventLoop, done: asyncio.Future[Any]
+        self,
+        fn: Callable[[], Any],
+        loop: asyncio.AbstractEventLoop | None,
+        done: asyncio.Future[Any] | None,
     ) -> None:
         self.fn: Callable[[], Any] | None = fn
         self.loop = loop
@@ -253,7 +256,7 @@ _STOP = None
 
 def _deliver(op: _Op, result: Any, exc: BaseException | None) -> None:
     """Runs on the caller's loop: hand over the outcome unless the caller gave up."""
-    if op.done.done():
+    if op.done is None or op.done.done():
         return
     if exc is not None:
         op.done.set_exception(exc)
@@ -327,7 +330,8 @@ class DiskWorker:
                         f"spool directory {self.name} is stalled: an earlier operation has run "
                         f"{running_for:.1f}s, past the {timeout:g}s timeout"
                     )
-            op = _Op(fn, loop, loop.create_future())
+            done: asyncio.Future[T] = loop.create_future()
+            op = _Op(fn, loop, done)
             self._queue.put(op)
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -337,13 +341,27 @@ class DiskWorker:
         # A timer handle rather than asyncio.wait_for: this is on every append's path.
         timer = loop.call_later(timeout, self._expire, op, timeout)
         try:
-            result: T = await op.done
+            result: T = await done
         except BaseException:
             self._abandon(op)
             raise
         finally:
             timer.cancel()
         return result
+
+    def post(self, fn: Callable[[], object]) -> None:
+        """Queue ``fn`` without waiting for it: in order with the rest, its failure logged.
+
+        For writes nobody needs to wait for (a replica's record of a confirmation)
+        and that must not land before the writes queued ahead of them.
+        """
+        with self._lock:
+            self._queue.put(_Op(fn, None, None))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._serve, name=f"spool-disk {self.name}", daemon=True
+                )
+                self._thread.start()
 
     def close(self, timeout: float | None = None) -> bool:
         """Let the thread exit once the queue is empty; whether it exited within ``timeout``.
@@ -362,7 +380,7 @@ class DiskWorker:
     def _expire(self, op: _Op, timeout: float) -> None:
         with self._lock:
             op.timed_out = True
-        if not op.done.done():
+        if op.done is not None and not op.done.done():
             op.done.set_exception(
                 TimeoutError(
                     f"spool directory {self.name}: no answer within {timeout:g}s "
@@ -404,7 +422,10 @@ class DiskWorker:
                 self._running = None
                 took = time.monotonic() - self._running_since
                 abandoned = op.abandoned
-            if abandoned:
+            if op.done is None:
+                if exc is not None:
+                    log.warning("spool directory %s: a queued write failed: %s", self.name, exc)
+            elif abandoned:
                 log.warning(
                     "spool directory %s: an operation its caller gave up on finished after %.1fs%s",
                     self.name,
@@ -414,6 +435,7 @@ class DiskWorker:
                 )
             else:
                 # A closed loop (RuntimeError) has nobody left waiting for the outcome.
+                assert op.loop is not None
                 with contextlib.suppress(RuntimeError):
                     op.loop.call_soon_threadsafe(_deliver, op, result, exc)
             # Drop references now: a file created for a caller that gave up closes

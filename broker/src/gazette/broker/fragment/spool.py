@@ -229,11 +229,12 @@ class Spool:
             self.confirmed_end = end
 
     async def record_confirmed(
-        self, file: files.SpoolFile | None = None, end: int | None = None
+        self, file: files.SpoolFile | None = None, end: int | None = None, *, wait: bool = True
     ) -> None:
         """Write the confirmed end into a recoverable spool file's record (see confirm).
 
-        A primary awaits it before it acknowledges the append that confirmed it;
+        A primary awaits it before it acknowledges the append that confirmed it (a
+        replica, which acknowledges nothing to clients, only queues it: ``wait``);
         ``file`` and ``end`` name what to record when the spool may have rolled
         since (the confirmation's file and end, taken when it happened).
         A failure is logged, not raised: every member holds the content, and only
@@ -252,6 +253,9 @@ class Spool:
                 os.fdatasync(f.fileno())
             record.set_confirmed(end, sync=self.config.sync)
 
+        if not wait:
+            worker.post(write)
+            return
         try:
             await worker.run(write, self.config.write_timeout)
         except (OSError, TimeoutError) as e:

@@ -427,7 +427,7 @@ class JournalServicer(pb2_grpc.JournalServicer):
                 synchronising = synchronising and is_proposal
                 if is_proposal and accepted is not None:
                     sp.confirm(accepted.end)
-                    await sp.record_confirmed()
+                    await sp.record_confirmed(wait=False)
                     rep.settle_held(
                         adopt_at if adopt_at >= 0 else sp.spec.begin, adopt=adopt_at >= 0
                     )

@@ -198,32 +198,6 @@ class ContentPhase:
         )
         self.state = State.READ_ACKNOWLEDGEMENTS
 
-    async def _tell_confirmed(self, pln: pipeline_.Pipeline) -> None:
-        """Tell the replicas of an idle pipeline that our commit is confirmed.
-
-        A replica learns it from the next proposal, which on an idle journal may
-        never come: if the primary then dies, the replicas would hold back the
-        last acknowledged append until a new route takes it on. So, before the
-        client hears of its commit, a pipeline nobody else is using repeats its
-        fragment as a proposal that asks for no answer (a no-op for any spool,
-        Gazette's included). A busy pipeline's next proposal says as much.
-        """
-        slot = self._replica().pipeline_slot
-        if slot.empty():
-            return
-        held = slot.get_nowait()
-        try:
-            if held is pln and pln.idle():
-                frag = pb2.Fragment()
-                frag.CopyFrom(pln.spool.spec)
-                await pln.scatter(
-                    pb2.ReplicateRequest(
-                        proposal=frag, registers=pln.spool.registers, acknowledge=False
-                    )
-                )
-        finally:
-            slot.put_nowait(held)
-
     async def _scatter_proposal(self, pln: pipeline_.Pipeline, req: pb2.ReplicateRequest) -> None:
         """Scatter a proposal once every peer acknowledged the previous one.
 
@@ -281,7 +255,7 @@ class ContentPhase:
         if confirmed:
             assert self.proposal is not None
             await pln.spool.record_confirmed(confirmed_file, self.proposal.end)
-            await self._tell_confirmed(pln)
+            self._replica().tell_confirmed_soon()
 
         recv_err = pln.recv_err()
         if send_err is not None or recv_err is not None:

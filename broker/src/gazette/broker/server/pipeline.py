@@ -143,6 +143,20 @@ class Pipeline:
         """No acknowledgement is awaited and nothing has failed."""
         return self._read_barrier.done() and self.send_err() is None and self.recv_err() is None
 
+    async def confirm_replicas(self) -> None:
+        """Repeat the committed fragment to every peer, asking no answer (see Replica).
+
+        Only while :meth:`idle` and held by the caller (no content in flight): the
+        fragment is then confirmed, and a replica reads any proposal as saying so.
+        """
+        if not self.idle():
+            return
+        frag = pb2.Fragment()
+        frag.CopyFrom(self.spool.spec)
+        await self.scatter(
+            pb2.ReplicateRequest(proposal=frag, registers=self.spool.registers, acknowledge=False)
+        )
+
     def break_off(self, err: BaseException) -> None:
         """Send nothing more: a peer failed an earlier proposal (the pipeline is done)."""
         if self._broken is None:

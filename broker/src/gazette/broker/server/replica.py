@@ -58,6 +58,9 @@ AUTO_SUSPEND_STABLE_TICKS = 15
 SHUTDOWN_PIPELINE_TIMEOUT = 10.0
 # How long a head gap must have been seen before the journal resumes past it.
 DEFAULT_RECOVERY_DELAY = 20.0
+# How long a journal must be quiet after an answered append before its replicas are
+# told that the append is confirmed (see Replica._confirm_daemon).
+CONFIRM_DELAY = 0.02
 # The first back-off between store listings asked for by reads of one hole.
 HOLE_LISTING_BACKOFF = 0.5
 
@@ -120,6 +123,7 @@ class Replica:
         self._clock = clock
         self._stopping = asyncio.Event()
         self._flush = asyncio.Event()
+        self._confirm = asyncio.Event()
         # >0 while spools completed now are stored at once (see storing_at_once).
         self._store_at_once = 0
         # Completed spools with content no route has confirmed (see spool_complete).
@@ -354,9 +358,11 @@ class Replica:
             refresh = tg.create_task(self._refresh_daemon(), name=f"refresh {self.journal}")
             flush = tg.create_task(self._flush_daemon(), name=f"flush {self.journal}")
             tg.create_task(self._pulse_daemon(), name=f"pulse {self.journal}")
+            confirm = tg.create_task(self._confirm_daemon(), name=f"confirm {self.journal}")
             await self._stopping.wait()
             refresh.cancel()
             flush.cancel()
+            confirm.cancel()
         await self._shut_down()
 
     async def _refresh_daemon(self) -> None:
@@ -407,6 +413,40 @@ class Replica:
                         )
             finally:
                 self.spool_slot.put_nowait(sp)
+
+    def tell_confirmed_soon(self) -> None:
+        """An append's commit is confirmed: tell the replicas once the pipeline is idle."""
+        self._confirm.set()
+
+    async def _confirm_daemon(self) -> None:
+        """Tell the replicas of an idle pipeline that its last commit is confirmed.
+
+        A replica learns it from the next proposal (see Spool.confirm), which on
+        an idle journal may not come for long: if the primary then died, the
+        replicas would hold its last acknowledged append back until a new route
+        took it on from them. So, once an append was answered, a pipeline no
+        append is using repeats its fragment to the replicas as a proposal that
+        asks for no answer (a no-op for any spool, Gazette's included). It runs
+        after the answer, as a daemon, and only once the journal was quiet for
+        :data:`CONFIRM_DELAY`, to keep it off the path of appends (a busy
+        journal's next proposal tells the replicas anyway).
+        """
+        while True:
+            await self._confirm.wait()
+            while True:  # Until the journal was quiet for a moment: a next append says it too.
+                self._confirm.clear()
+                await asyncio.sleep(CONFIRM_DELAY)
+                if not self._confirm.is_set():
+                    break
+            slot = self.pipeline_slot
+            if slot.empty():
+                continue  # An append holds it: its own proposal will say as much.
+            pln = slot.get_nowait()
+            try:
+                if pln is not None:
+                    await pln.confirm_replicas()
+            finally:
+                slot.put_nowait(pln)
 
     async def _pulse_daemon(self) -> None:
         stable_ticks = 0
