@@ -4,15 +4,20 @@ Each test is one scenario on a fresh cluster. A failing assertion is a broker
 verdict and says so, with every figure of the scenario; a harness problem
 raises :class:`chaos.scenarios.HarnessError` instead. ``make test`` runs the
 short version; ``make chaos`` the long one (``CHAOS_LONG=1``, ``CHAOS_KILLS``),
-with ``-s`` and the summary table at the end.
+with ``-s`` and the summary table at the end. The partition tests need root and
+``ip`` (iproute2): they skip where ``ip`` is missing and fail where network
+namespaces can't be made; ``CHAOS_CUT=neigh`` cuts links with bogus neighbour
+entries instead of blackhole routes, and ``CHAOS_GO=1`` runs them on Gazette's own
+Go brokers (skipped without a Go toolchain), to compare with the reference.
 """
 
 from __future__ import annotations
 
 import pathlib
+from collections.abc import Awaitable
 
 import pytest
-from chaos import scenarios
+from chaos import netcluster, netns, scenarios
 from chaos.report import Report
 from chaos.scenarios import Params
 
@@ -38,6 +43,8 @@ def _verdict(
         broken.append(f"lost {len(v.lost)} of {v.acked} acknowledged appends")
     if v.holes:
         broken.append(f"{len(v.holes)} holes a reader from 0 stalls on or jumps over")
+    if v.conflicts:
+        broken.append(f"{len(v.conflicts)} stored fragments disagree at an offset (or are corrupt)")
     if v.garbage_bytes:
         broken.append(f"{v.garbage_bytes} bytes that are no whole record")
     if v.aborted_visible:
@@ -52,7 +59,7 @@ def _verdict(
         broken.append("not one append was acknowledged")
     if kill_bound and report.max_gap > PARAMS.kill_bound_s:
         broken.append(
-            f"writes unavailable {report.max_gap:.1f}s after a SIGKILL "
+            f"writes unavailable {report.max_gap:.1f}s around a fault "
             f"(bound: lease {PARAMS.lease_s:g}s + 2s)"
         )
     if no_hangs and report.hung:
@@ -118,6 +125,65 @@ async def test_sigterm_all(tmp_path: pathlib.Path, chaos_reports: list[Report]) 
     _verdict(await scenarios.sigterm_all(PARAMS, tmp_path), chaos_reports, clean_stops=True)
 
 
+@pytest.mark.timeout(PARAMS.budget_s(PARAMS.term_rounds * 120))
+async def test_kill_all(tmp_path: pathlib.Path, chaos_reports: list[Report]) -> None:
+    _verdict(await scenarios.kill_all(PARAMS, tmp_path), chaos_reports)
+
+
 @pytest.mark.timeout(PARAMS.budget_s(PARAMS.down_up_rounds * 200))
 async def test_make_down_up(tmp_path: pathlib.Path, chaos_reports: list[Report]) -> None:
     _verdict(await scenarios.make_down_up(PARAMS, tmp_path), chaos_reports, clean_stops=True)
+
+
+# --- Network partitions (namespaces on a bridge: needs root and `ip`) -------------------
+
+
+def _partitions_s() -> float:
+    return PARAMS.partitions * (PARAMS.partition_s + PARAMS.kill_bound_s + 10 + PARAMS.spacing_s)
+
+
+async def _partitioned(run: Awaitable[Report]) -> Report:
+    try:
+        return await run
+    except (netns.IpMissing, netcluster.GoUnavailable) as e:
+        pytest.skip(str(e))
+    # Any other NetnsError (no permission for `ip netns add`, say) fails the test.
+
+
+@pytest.mark.timeout(PARAMS.budget_s(_partitions_s()))
+async def test_partition_primary_rf2(tmp_path: pathlib.Path, chaos_reports: list[Report]) -> None:
+    report = await _partitioned(scenarios.partition_primary(PARAMS, tmp_path))
+    _verdict(report, chaos_reports)
+
+
+@pytest.mark.timeout(PARAMS.budget_s(_partitions_s()))
+async def test_partition_primary_rf3(tmp_path: pathlib.Path, chaos_reports: list[Report]) -> None:
+    report = await _partitioned(
+        scenarios.partition_primary(PARAMS, tmp_path, brokers=4, replication=3)
+    )
+    _verdict(report, chaos_reports)
+
+
+@pytest.mark.timeout(PARAMS.budget_s(_partitions_s()))
+async def test_partition_primary_staged(
+    tmp_path: pathlib.Path, chaos_reports: list[Report]
+) -> None:
+    # The primary's links to its peers but one replica go first; an append commits meanwhile.
+    report = await _partitioned(
+        scenarios.partition_primary(PARAMS, tmp_path, brokers=4, replication=3, staged=True)
+    )
+    _verdict(report, chaos_reports)
+
+
+@pytest.mark.timeout(PARAMS.budget_s(_partitions_s() + PARAMS.etcd_cut_past_lease_s))
+async def test_partition_etcd_only(tmp_path: pathlib.Path, chaos_reports: list[Report]) -> None:
+    report = await _partitioned(scenarios.partition_etcd_only(PARAMS, tmp_path))
+    # Appenders and peers still reach the cut-off primary: once its lease is gone
+    # the journal must move on as after a SIGKILL, not wait for the network to heal.
+    _verdict(report, chaos_reports, kill_bound=True)
+
+
+@pytest.mark.timeout(PARAMS.budget_s(_partitions_s()))
+async def test_partition_peers_only(tmp_path: pathlib.Path, chaos_reports: list[Report]) -> None:
+    report = await _partitioned(scenarios.partition_peers_only(PARAMS, tmp_path))
+    _verdict(report, chaos_reports)

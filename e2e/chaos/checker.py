@@ -11,6 +11,12 @@
    acknowledged offsets, as the bytes that were sent; the journal must hold
    only whole records; abandoned appends must be invisible. Records seen more
    than once are counted as duplicates (an unacknowledged retry that did land).
+4. :func:`check_store` — straight from the ``file://`` store's directory: every
+   fragment file of a journal is decoded (per the codec its name carries) and
+   must hold ``end - begin`` bytes of its SHA-1; wherever two fragments overlap
+   they must hold the same bytes. Two different contents at one offset mean
+   two brokers each believed they wrote the journal there (a split brain),
+   whichever of them a reader happens to be served.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import hashlib
+import pathlib
 import time
 from collections.abc import Sequence
 
@@ -27,8 +35,20 @@ from chaos.records import RecordId, parse, record
 from chaos.workload import Ack, Channels, Endpoints
 from gazette.broker import protocol as pb
 from gazette.broker import testing
+from gazette.broker.fragment import codecs
 
-__all__ = ["Hole", "ReadBack", "Verdict", "fragment_end", "read_back", "verify", "wait_writable"]
+__all__ = [
+    "Hole",
+    "ReadBack",
+    "StoreCheck",
+    "Verdict",
+    "cancelled_by_server",
+    "check_store",
+    "fragment_end",
+    "read_back",
+    "verify",
+    "wait_writable",
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -62,6 +82,17 @@ class ReadBack:
         return None
 
 
+def cancelled_by_server() -> bool:
+    """Whether a CancelledError just caught is the server's CANCELLED status, not ours.
+
+    grpc.aio raises CancelledError for a CANCELLED status from the server (the
+    Go Gazette broker relays one from a proxied call whose upstream went away):
+    that is an answer to retry, while a cancellation of this task must go on.
+    """
+    task = asyncio.current_task()
+    return task is not None and not task.cancelling()
+
+
 async def wait_writable(
     channels: Channels, endpoints: Endpoints, journal: str, within: float
 ) -> tuple[int | None, str]:
@@ -81,6 +112,10 @@ async def wait_writable(
             last = pb.Status.Name(resp.status)
         except grpc.aio.AioRpcError as e:
             last = f"{e.code().name} {e.details()}"
+        except asyncio.CancelledError:
+            if not cancelled_by_server():
+                raise
+            last = "CANCELLED (by the server)"
         if time.monotonic() > deadline:
             return None, last
         await asyncio.sleep(0.2)
@@ -164,6 +199,95 @@ async def read_back(
 
 
 @dataclasses.dataclass
+class StoreCheck:
+    """What :func:`check_store` found in the ``file://`` store."""
+
+    fragments: int = 0
+    #: Pairs of fragments that overlap, and the bytes compared between them.
+    overlaps: int = 0
+    overlap_bytes: int = 0
+    #: Overlapping fragments with different bytes at some offset, and fragment
+    #: files whose content is not what their name says (length, SHA-1, codec).
+    conflicts: list[str] = dataclasses.field(default_factory=list)
+    #: Files under a journal's directory that are not fragments (not judged).
+    strays: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Stored:
+    name: str
+    begin: int
+    end: int
+    content: bytes
+
+
+def _load_fragments(directory: pathlib.Path, journal: str, out: StoreCheck) -> list[_Stored]:
+    frags = []
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        rel = path.relative_to(directory).as_posix()
+        try:
+            spec = pb.parse_fragment_path(rel, journal=journal)
+        except pb.ValidationError:
+            out.strays.append(f"{journal}/{rel}")
+            continue
+        raw = path.read_bytes()
+        try:
+            content = codecs.decompress(spec.compression_codec, raw)
+        except Exception as e:  # noqa: BLE001 - any decoding failure is the verdict
+            out.conflicts.append(f"{journal}/{rel}: does not decode ({e!r})")
+            continue
+        if len(content) != spec.end - spec.begin:
+            out.conflicts.append(
+                f"{journal}/{rel}: holds {len(content)} bytes, its name says "
+                f"{spec.end - spec.begin}"
+            )
+            continue
+        digest = pb.sha1sum_to_digest(spec.sum)
+        if spec.end > spec.begin and hashlib.sha1(content).digest() != digest:
+            out.conflicts.append(f"{journal}/{rel}: content's SHA-1 is not its name's")
+            continue
+        frags.append(_Stored(rel, spec.begin, spec.end, content))
+    return frags
+
+
+def check_store(root: pathlib.Path, journals: Sequence[str]) -> StoreCheck:
+    """Check the fragment files of ``journals`` under the ``file://`` root (see module docs).
+
+    A fragment spans ``[begin, end)`` of its journal; any two whose spans
+    overlap are compared on the overlap. Reads whole files: fine for the
+    suite's journals of a few MiB.
+    """
+    out = StoreCheck()
+    for journal in journals:
+        directory = root / journal
+        if not directory.is_dir():
+            continue
+        frags = sorted(_load_fragments(directory, journal, out), key=lambda f: (f.begin, f.end))
+        out.fragments += len(frags)
+        for i, a in enumerate(frags):
+            for b in frags[i + 1 :]:
+                if b.begin >= a.end:
+                    break  # sorted by begin: no later fragment overlaps ``a`` either
+                lo, hi = b.begin, min(a.end, b.end)
+                if lo >= hi:
+                    continue
+                out.overlaps += 1
+                out.overlap_bytes += hi - lo
+                mine = a.content[lo - a.begin : hi - a.begin]
+                theirs = b.content[lo - b.begin : hi - b.begin]
+                if mine != theirs:
+                    at = lo + next(
+                        k for k, (x, y) in enumerate(zip(mine, theirs, strict=True)) if x != y
+                    )
+                    out.conflicts.append(
+                        f"{journal}@{at}: {a.name} and {b.name} differ "
+                        f"(overlap [{lo},{hi})): {mine[at - lo : at - lo + 40]!r} vs "
+                        f"{theirs[at - lo : at - lo + 40]!r}"
+                    )
+    return out
+
+
+@dataclasses.dataclass
 class Verdict:
     acked: int = 0
     acked_bytes: int = 0
@@ -179,10 +303,22 @@ class Verdict:
     aborted_visible: list[str] = dataclasses.field(default_factory=list)
     holes: list[Hole] = dataclasses.field(default_factory=list)
     bytes_read: int = 0
+    #: The stored fragments, when they were checked (:func:`check_store`).
+    store: StoreCheck | None = None
+
+    @property
+    def conflicts(self) -> list[str]:
+        """Stored fragments disagreeing at an offset, or not what their names say."""
+        return self.store.conflicts if self.store is not None else []
 
 
-def verify(acks: Sequence[Ack], reads: Sequence[ReadBack], aborted: set[RecordId]) -> Verdict:
-    v = Verdict(acked=len(acks), acked_bytes=sum(a.end - a.begin for a in acks))
+def verify(
+    acks: Sequence[Ack],
+    reads: Sequence[ReadBack],
+    aborted: set[RecordId],
+    store: StoreCheck | None = None,
+) -> Verdict:
+    v = Verdict(acked=len(acks), acked_bytes=sum(a.end - a.begin for a in acks), store=store)
     by_journal = {r.journal: r for r in reads}
     seen: collections.Counter[tuple[str, RecordId]] = collections.Counter()
     for r in reads:

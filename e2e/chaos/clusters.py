@@ -7,6 +7,10 @@
   it (with its log tail) and starts it again, so the scenario carries on.
 * :class:`DevCluster` — what ``make up`` starts (``make down`` / ``make up``
   run through the Makefile, on free ports, under a private data directory).
+
+:class:`chaos.netcluster.NetCluster` is a :class:`ProcessCluster` in network
+namespaces. :class:`HarnessError` is what the suite raises when it, not the
+broker, failed.
 """
 
 from __future__ import annotations
@@ -24,11 +28,15 @@ import devcluster
 from gazette.broker import testing
 from gazette.keyspace import testing as ks_testing
 
-__all__ = ["DevCluster", "Exit", "ProcessCluster"]
+__all__ = ["DevCluster", "Exit", "HarnessError", "ProcessCluster"]
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 #: Runs the brokers of :class:`ProcessCluster` from this source tree (a ``broker/src``).
 BROKER_SRC_ENV = "CHAOS_BROKER_SRC"
+
+
+class HarnessError(RuntimeError):
+    """The suite itself could not do what a scenario needs (not a broker verdict)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -75,13 +83,9 @@ class ProcessCluster:
     def prepare(self) -> testing.BrokerCluster:
         """Start etcd and lay out the brokers (not started yet: mount spools now)."""
         self.etcd.start()
-        # Checking the suite itself: brokers from another source tree (an older
-        # commit, say) must fail where that broker is broken.
-        other = os.environ.get(BROKER_SRC_ENV)
-        env = {"PYTHONPATH": other} if other else None
         self._cluster = testing.BrokerCluster(
             self.etcd.endpoint,
-            env=env,
+            env=self._env(),
             work_dir=self.work_dir,
             brokers=self._brokers,
             zones=self._zones,
@@ -89,6 +93,12 @@ class ProcessCluster:
             extra_args=self._extra_args,
         )
         return self._cluster
+
+    def _env(self) -> dict[str, str] | None:
+        # Checking the suite itself: brokers from another source tree (an older
+        # commit, say) must fail where that broker is broken.
+        other = os.environ.get(BROKER_SRC_ENV)
+        return {"PYTHONPATH": other} if other else None
 
     def start(self) -> None:
         self.brokers.start()

@@ -47,6 +47,14 @@ class Report:
             f"forced/unclean stops {len(self.forced)}; unwritable {len(self.unwritable)}; "
             f"hung appends {self.hung} of {self.attempts} attempts; "
             f"max write unavailability {self.max_gap:.1f}s",
+        ]
+        if v.store is not None:
+            lines.append(
+                f"  stored fragments: {v.store.fragments} checked, {v.store.overlaps} overlapping "
+                f"pairs ({v.store.overlap_bytes} bytes compared); CONFLICTS "
+                f"{len(v.store.conflicts)}; other files {len(v.store.strays)}"
+            )
+        lines += [
             "  unavailability per fault: "
             + ", ".join(f"{label} {g:.1f}s" for label, g in self.gaps),
             f"  failed attempts: {dict(self.errors.most_common())}",
@@ -56,6 +64,7 @@ class Report:
             ("holes", [str(h) for h in v.holes]),
             ("garbage", v.garbage),
             ("aborted visible", v.aborted_visible),
+            ("conflicting fragments", v.conflicts),
             ("exited on their own", [str(e) for e in self.exits]),
             ("forced", self.forced),
             ("unwritable", self.unwritable),
@@ -68,13 +77,14 @@ class Report:
 
 
 _COLUMNS = (
-    ("scenario", 24),
+    ("scenario", 28),
     ("faults", 6),
     ("acked", 7),
     ("bytes verified", 14),
     ("lost", 5),
     ("dup", 5),
     ("holes", 5),
+    ("conflicts", 9),
     ("exited", 6),
     ("forced", 6),
     ("unwritable", 10),
@@ -99,6 +109,7 @@ def table(reports: Sequence[Report]) -> str:
             len(v.lost),
             v.duplicated,
             len(v.holes),
+            len(v.conflicts) if v.store is not None else "-",
             len(r.exits),
             len(r.forced),
             len(r.unwritable),

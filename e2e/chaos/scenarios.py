@@ -15,11 +15,24 @@ heal (every journal must take an append again), read every journal back and
 ``aborts``     appends abandoned half-way (cancelled, or closed without commit)
 ``sigterm``    SIGTERM every broker (each must exit 0 in time), start them again
 ``make-down``  ``make down`` then ``make up`` of the devcluster
+``partition``  in network namespaces (:mod:`chaos.netns`): the primary of a journal
+               cut from everyone (RF2 on 3 brokers; RF3 on 4), from etcd only,
+               or from its peer brokers only; then healed. An append opened on
+               it before the cut commits after healing (``_Straddle``). Staged:
+               the primary's links to its peers go first, the append commits,
+               then the rest
 =============  ==================================================================
 
+Process-cluster scenarios also check the ``file://`` store itself
+(:func:`~chaos.checker.check_store`): no two stored fragments may hold
+different bytes at the same offset.
+
 Timings and counts are :class:`Params`; :meth:`Params.from_env` reads
-``CHAOS_LONG`` (the ``make chaos`` durations) and ``CHAOS_KILLS`` (SIGKILLs in
-all, split between the spaced and rapid scenarios).
+``CHAOS_LONG`` (the ``make chaos`` durations), ``CHAOS_KILLS`` (SIGKILLs in
+all, split between the spaced and rapid scenarios), ``CHAOS_CUT`` (how a
+partition cuts a link: ``blackhole`` routes, the default, or bogus ``neigh``
+entries; see :mod:`chaos.netns`) and ``CHAOS_GO=1`` (the partition scenarios
+run Gazette's own Go brokers, as a reference).
 """
 
 from __future__ import annotations
@@ -34,15 +47,25 @@ import random
 import shutil
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Protocol
 
 import grpc
 
-from chaos.checker import fragment_end, read_back, verify, wait_writable
-from chaos.clusters import DevCluster, Exit, ProcessCluster
+from chaos import netns
+from chaos.checker import (
+    cancelled_by_server,
+    check_store,
+    fragment_end,
+    read_back,
+    verify,
+    wait_writable,
+)
+from chaos.clusters import DevCluster, Exit, HarnessError, ProcessCluster
+from chaos.netcluster import ETCD, NetCluster
+from chaos.records import RecordId, record
 from chaos.report import Report
-from chaos.workload import Channels, Endpoints, Workload, WorkloadConfig
+from chaos.workload import Ack, Channels, Endpoints, Workload, WorkloadConfig
 from gazette.broker import protocol as pb
 from gazette.broker import testing
 
@@ -52,17 +75,17 @@ __all__ = [
     "SpoolUnavailable",
     "aborts",
     "etcd_outage",
+    "kill_all",
     "make_down_up",
+    "partition_etcd_only",
+    "partition_peers_only",
+    "partition_primary",
     "sigkill",
     "sigstop",
     "sigterm_all",
     "spool_full",
     "store_outage",
 ]
-
-
-class HarnessError(RuntimeError):
-    """The suite itself could not do what a scenario needs (not a broker verdict)."""
 
 
 class SpoolUnavailable(HarnessError):
@@ -104,6 +127,16 @@ class Params:
     term_timeout_s: float = 45.0
     #: ``make down`` / ``make up`` rounds.
     down_up_rounds: int = 1
+    #: Network partitions: rounds, each cutting for ``lease_s + partition_past_lease_s``.
+    partitions: int = 1
+    partition_past_lease_s: float = 4.0
+    #: The etcd-only cut lasts longer: a cut-off primary must not hold the journal
+    #: until the network heals (its gap is bounded by ``kill_bound_s``).
+    etcd_cut_past_lease_s: float = 10.0
+    #: How a partition cuts a link: ``blackhole`` routes or bogus ``neigh`` entries.
+    cut_how: str = netns.BLACKHOLE
+    #: Partition scenarios run Gazette's Go brokers instead of ours (``CHAOS_GO=1``).
+    go: bool = False
     #: Writing before the first fault, and after the last.
     warmup_s: float = 1.0
     settle_s: float = 1.5
@@ -135,10 +168,15 @@ class Params:
                 aborts=60,
                 term_rounds=3,
                 down_up_rounds=3,
+                partitions=3,
                 warmup_s=3.0,
                 settle_s=5.0,
                 spacing_s=3.0,
             )
+        if env.get("CHAOS_GO", "") not in ("", "0"):
+            params = dataclasses.replace(params, go=True)
+        if env.get("CHAOS_CUT"):
+            params = dataclasses.replace(params, cut_how=env["CHAOS_CUT"])
         kills = env.get("CHAOS_KILLS")
         if kills:
             spaced = int(kills) * 2 // 5
@@ -146,6 +184,11 @@ class Params:
                 params, spaced_kills=spaced, rapid_kills=int(kills) - spaced
             )
         return params
+
+    @property
+    def partition_s(self) -> float:
+        """How long one partition lasts: past the lease, so etcd gives the victim up."""
+        return self.lease_s + self.partition_past_lease_s
 
     @property
     def kill_bound_s(self) -> float:
@@ -198,9 +241,11 @@ class Run:
 Inject = Callable[[Run], Awaitable[None]]
 
 
-async def _apply_journals(channels: Channels, endpoints: Endpoints, params: Params) -> None:
+async def _apply_journals(
+    channels: Channels, endpoints: Endpoints, params: Params, replication: int = 3
+) -> None:
     specs = [
-        testing.journal_spec(j, replication=3, stores=["file:///"], length=256 << 10)
+        testing.journal_spec(j, replication=replication, stores=["file:///"], length=256 << 10)
         for j in params.journals
     ]
     deadline = time.monotonic() + 30
@@ -222,10 +267,21 @@ async def _apply_journals(channels: Channels, endpoints: Endpoints, params: Para
 
 
 async def _drive(
-    scenario: str, params: Params, cluster: _Cluster, channels: Channels, inject: Inject
+    scenario: str,
+    params: Params,
+    cluster: _Cluster,
+    channels: Channels,
+    inject: Inject,
+    *,
+    replication: int = 3,
+    store_root: pathlib.Path | None = None,
 ) -> Report:
+    """Run ``inject`` among the appenders, heal, read back and verify (see the module docs).
+
+    With ``store_root`` (the ``file://`` root) the stored fragments are checked too.
+    """
     started = time.monotonic()
-    await _apply_journals(channels, cluster.endpoints, params)
+    await _apply_journals(channels, cluster.endpoints, params, replication)
     workload = Workload(
         WorkloadConfig(
             journals=params.journals,
@@ -260,10 +316,13 @@ async def _drive(
         await read_back(channels, cluster.endpoints, j, heads[j], stall_s=params.stall_s)
         for j in params.journals
     ]
+    stored = None
+    if store_root is not None:
+        stored = await asyncio.to_thread(check_store, store_root, params.journals)
     return Report(
         scenario=scenario,
         faults=len(workload.faults),
-        verdict=verify(workload.acks, reads, workload.aborted),
+        verdict=verify(workload.acks, reads, workload.aborted, stored),
         exits=list(cluster.exits),
         gaps=workload.unavailability(),
         unwritable=run.unwritable,
@@ -296,7 +355,14 @@ async def _on_process_cluster(
         if prepare is not None:
             undo = prepare(cluster)
         await asyncio.to_thread(cluster.start)
-        return await _drive(scenario, params, cluster, channels, lambda run: inject(run, cluster))
+        return await _drive(
+            scenario,
+            params,
+            cluster,
+            channels,
+            lambda run: inject(run, cluster),
+            store_root=cluster.brokers.file_root,
+        )
     finally:
         await channels.close()
         await asyncio.to_thread(cluster.close)
@@ -340,14 +406,20 @@ async def sigkill(
 # --- (c) SIGSTOP of the primary -----------------------------------------------------
 
 
-async def _primary(run: Run, cluster: ProcessCluster, journal: str) -> int:
+async def _route(run: Run, cluster: ProcessCluster, journal: str) -> tuple[int, list[int]]:
+    """(the primary's index, every member's index) of ``journal``'s route, as a broker says."""
     for address in run.endpoints():
         with contextlib.suppress(grpc.aio.AioRpcError):
             _, meta = await testing.read(run.channels.stub(address), journal, -1, deadline=5)
             route = meta[0].header.route if meta else None
             if route is not None and route.primary >= 0 and route.members:
-                return cluster.brokers.index_of(route.members[route.primary])
+                members = [cluster.brokers.index_of(m) for m in route.members]
+                return members[route.primary], members
     raise HarnessError(f"no broker names the primary of {journal}")
+
+
+async def _primary(run: Run, cluster: ProcessCluster, journal: str) -> int:
+    return (await _route(run, cluster, journal))[0]
 
 
 async def sigstop(params: Params, work_dir: pathlib.Path) -> Report:
@@ -555,6 +627,56 @@ async def sigterm_all(params: Params, work_dir: pathlib.Path) -> Report:
     return await _on_process_cluster("sigterm-all", params, work_dir, inject)
 
 
+# --- SIGKILL of every broker at once, restarted on their disks ---------------------------------
+
+
+async def kill_all(params: Params, work_dir: pathlib.Path) -> Report:
+    """SIGKILL every broker at once under load; start them again on their spool dirs.
+
+    Each stores what it finds in its spool dir (the confirmed part) before it
+    announces itself, so nothing acknowledged is lost. Its journals then refuse
+    appends (INDEX_HAS_GREATER_OFFSET: the brokers can't know that no other
+    holder of their tail is still out there) until an operator resets their
+    heads, as Gazette's do; the scenario does that once every broker is back,
+    as ``gazctl journals reset-head`` would, and the check then proves no
+    offset was handed out twice (a second ack at an offset with other bytes is
+    a lost append).
+    """
+
+    async def reset_heads(run: Run) -> list[str]:
+        done = []
+        for journal in params.journals:
+            deadline = time.monotonic() + params.heal_s
+            while True:
+                try:
+                    stub = run.channels.stub(run.endpoints()[0])
+                    _, meta = await testing.read(stub, journal, -1, deadline=5)
+                    head = max((m.write_head for m in meta), default=0)
+                    resp = await testing.append(stub, journal, [], offset=head, deadline=5)
+                    if resp.status == pb.OK:
+                        done.append(f"{journal} at {head}")
+                        break
+                except (grpc.aio.AioRpcError, asyncio.CancelledError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise HarnessError(f"could not reset the head of {journal}")
+                await asyncio.sleep(0.5)
+        return done
+
+    async def inject(run: Run, cluster: ProcessCluster) -> None:
+        for k in range(1, params.term_rounds + 1):
+            for b in cluster.brokers.brokers:
+                b.kill()
+            run.fault(f"kill-all{k}")
+            await asyncio.to_thread(cluster.brokers.start)
+            reset = await reset_heads(run)
+            run.notes.append(f"round {k}: reset-head of " + ", ".join(reset))
+            await run.expect_writable(f"restarting every broker ({k})", params.heal_s)
+            await asyncio.sleep(params.spacing_s)
+
+    return await _on_process_cluster("kill-all", params, work_dir, inject)
+
+
 # --- (i) make down / make up -------------------------------------------------------------------
 
 
@@ -594,6 +716,290 @@ async def make_down_up(params: Params, work_dir: pathlib.Path) -> Report:
         await asyncio.to_thread(dev.close)
 
 
+# --- (j) network partitions ------------------------------------------------------------------
+
+
+async def _on_net_cluster(
+    scenario: str,
+    params: Params,
+    work_dir: pathlib.Path,
+    inject: Callable[[Run, NetCluster], Awaitable[None]],
+    *,
+    brokers: int,
+    replication: int,
+) -> Report:
+    """Run ``inject`` on a fresh etcd + ``brokers`` brokers, each in its own namespace."""
+    cluster = NetCluster(
+        work_dir, lease_s=params.lease_s, brokers=brokers, how=params.cut_how, go=params.go
+    )
+    if params.go:
+        scenario += "-go"
+    channels = Channels()
+    try:
+        await asyncio.to_thread(cluster.prepare)
+        await asyncio.to_thread(cluster.start)
+        return await _drive(
+            scenario,
+            params,
+            cluster,
+            channels,
+            lambda run: inject(run, cluster),
+            replication=replication,
+            store_root=cluster.brokers.file_root,
+        )
+    finally:
+        # Channels first: nothing may still be sending to the /24 once it is gone.
+        await channels.close()
+        await asyncio.to_thread(cluster.close)
+
+
+class _Straddle:
+    """An append whose content reaches a primary before a partition, committed after it heals.
+
+    So each cut surely finds the primary (and its replicas) holding content no
+    commit confirmed, while the journal may go on elsewhere from an earlier
+    offset. The commit chunk comes only once the network is whole; by then the
+    broker's minimum append rate (``--broker.min-append-rate``: no stream may
+    stall for much more than a second, whatever the rate) has normally aborted
+    the stream. Whatever the broker answers is fine, but an acknowledgement
+    must hold: it is recorded as an :class:`~chaos.workload.Ack` and verified
+    like the appenders' own.
+    """
+
+    def __init__(self, run: Run, address: str, journal: str, k: int) -> None:
+        self.run = run
+        self.address = address
+        self.journal = journal
+        self.ids = tuple(RecordId("straddle", 10 * k + i) for i in range(3))
+        self.data = b"".join(record(i) for i in self.ids)
+        self.sent = asyncio.Event()
+        self.commit = asyncio.Event()
+
+    async def append(self, deadline_s: float) -> str:
+        async def requests() -> AsyncIterator[pb.AppendRequest]:
+            yield pb.AppendRequest(journal=self.journal)
+            yield pb.AppendRequest(content=self.data)
+            self.sent.set()
+            await self.commit.wait()
+            yield pb.AppendRequest()
+
+        stub = self.run.channels.stub(self.address)
+        try:
+            resp = await stub.Append(requests(), timeout=deadline_s)
+        except grpc.aio.AioRpcError as e:
+            return f"{e.code().name} ({(e.details() or '')[:120]})"
+        except asyncio.CancelledError:
+            if not cancelled_by_server():
+                raise
+            return "CANCELLED (by the server)"
+        finally:
+            self.sent.set()
+        if resp.status != pb.OK:
+            return pb.Status.Name(resp.status)
+        begin, end = resp.commit.begin, resp.commit.end
+        if end - begin != len(self.data):
+            self.run.workload.bad_acks.append(
+                f"{self.journal}: straddling append of {len(self.data)} bytes "
+                f"acknowledged as [{begin}, {end})"
+            )
+        self.run.workload.acks.append(
+            Ack(self.journal, begin, end, self.ids, self.run.workload.clock())
+        )
+        return f"OK [{begin},{end})"
+
+
+async def _writable_elsewhere(
+    run: Run, addresses: Sequence[str], within: float, attempt_s: float = 1.0
+) -> dict[str, float | None]:
+    """Seconds until each journal took a zero-byte append through ``addresses`` (None: never).
+
+    Short attempts, so a broker still proxying to a cut-off primary costs at most
+    ``attempt_s`` of precision (the appenders' own deadline is much longer); the
+    journals are probed side by side.
+    """
+    started = time.monotonic()
+
+    async def probe(journal: str, turn: int) -> float | None:
+        while time.monotonic() - started < within:
+            stub = run.channels.stub(addresses[turn % len(addresses)])
+            turn += 1
+            try:
+                resp = await testing.append(stub, journal, [], deadline=attempt_s)
+                if resp.status == pb.OK:
+                    return time.monotonic() - started
+            except grpc.aio.AioRpcError:
+                pass
+            except asyncio.CancelledError:
+                if not cancelled_by_server():
+                    raise
+            await asyncio.sleep(0.1)
+        return None
+
+    journals = run.params.journals
+    took = await asyncio.gather(*(probe(j, i) for i, j in enumerate(journals)))
+    return dict(zip(journals, took, strict=True))
+
+
+async def _partition(
+    run: Run,
+    cluster: NetCluster,
+    what: str,
+    cut: Callable[[str], None],
+    *,
+    first: Callable[[str, list[str]], None] | None = None,
+    duration_s: float | None = None,
+    probe_others: bool = False,
+) -> None:
+    """Per round: find a journal's primary, open a :class:`_Straddle` append on it,
+    ``cut`` it (by node name) for ``duration_s`` (default :attr:`Params.partition_s`),
+    heal everything, let the straddling append commit, and expect every journal
+    writable.
+
+    With ``first``, the partition comes in two steps: ``first`` (given the
+    primary's and the route members' node names) cuts some links, then the
+    straddling append sends its content *and* its commit, and only then ``cut``
+    completes the partition (the commit is not held).
+
+    With ``probe_others``, every journal must take an append through the other
+    brokers within :attr:`Params.kill_bound_s` of the cut, as after a SIGKILL
+    (else it is recorded as unwritable)."""
+    params = run.params
+    for k in range(1, params.partitions + 1):
+        journal = params.journals[(k - 1) % len(params.journals)]
+        victim, members = await _route(run, cluster, journal)
+        name = cluster.name_of(victim)
+        if k == 1:
+            run.notes.append(f"links cut by {params.cut_how}")
+        straddle = _Straddle(run, cluster.brokers[victim].address, journal, k)
+        probe: asyncio.Task[dict[str, float | None]] | None = None
+        async with asyncio.TaskGroup() as tg:
+            try:
+                if first is not None:
+                    first(name, [cluster.name_of(m) for m in members])
+                    run.fault(f"{what}{k}-begins:{name[-2:]}")
+                    straddle.commit.set()
+                pending = tg.create_task(
+                    straddle.append((duration_s or params.partition_s) + 30), name=f"straddle-{k}"
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(straddle.sent.wait(), 5)
+                # Let the content (and commit) reach the primary, and from there
+                # whichever replicas it still reaches, before cutting.
+                await asyncio.sleep(0.3)
+                cut(name)
+                run.fault(f"{what}{k}:{name[-2:]}")
+                run.notes.append(
+                    f"round {k}: {what} of {name} (primary of {journal}): {cluster.net.cuts}"
+                )
+                if probe_others:
+                    brokers = cluster.brokers.brokers
+                    others = [b.address for i, b in enumerate(brokers) if i != victim]
+                    probe = tg.create_task(
+                        _writable_elsewhere(run, others, params.partition_s), name="probe"
+                    )
+                await asyncio.sleep(duration_s or params.partition_s)
+            finally:
+                await asyncio.to_thread(cluster.net.heal_all)
+                straddle.commit.set()
+            run.fault(f"heal{k}")
+            await run.expect_writable(f"healing {what} {k}", params.kill_bound_s + 10)
+        run.notes.append(f"round {k}: the straddling append ended {pending.result()}")
+        if probe is not None:
+            took = probe.result()
+            run.notes.append(
+                f"round {k}: writable through the other brokers after "
+                + ", ".join(f"{j} {'never' if t is None else f'{t:.1f}s'}" for j, t in took.items())
+            )
+            for j, t in took.items():
+                if t is None or t > params.kill_bound_s:
+                    run.unwritable.append(
+                        f"{j} not writable through the other brokers within "
+                        f"{params.kill_bound_s:g}s of {what} {k}: "
+                        + ("never" if t is None else f"{t:.1f}s")
+                    )
+        await asyncio.sleep(params.spacing_s)
+
+
+async def partition_primary(
+    params: Params,
+    work_dir: pathlib.Path,
+    *,
+    brokers: int = 3,
+    replication: int = 2,
+    staged: bool = False,
+) -> Report:
+    """Cut a journal's primary from every other node (etcd, peers, the appenders), then heal.
+
+    ``staged``: what the primary sends to its peers is lost first (but for one
+    replica, if it has two or more), and a straddling append commits meanwhile,
+    so the primary (and that replica) hold content the other members lack.
+    """
+
+    async def inject(run: Run, cluster: NetCluster) -> None:
+        def peers_first(name: str, members: list[str]) -> None:
+            # All but one replica stop hearing from the primary: with RF3 the
+            # replicas then disagree on what was committed last.
+            replicas = [m for m in members if m != name]
+            keep = replicas[0] if len(replicas) > 1 else None
+            for peer in cluster.broker_names:
+                if peer not in (name, keep):
+                    cluster.net.block(name, peer)
+            run.notes.append(f"staged: {name} still reaches {keep} of {members}")
+
+        await _partition(
+            run,
+            cluster,
+            "isolate",
+            cluster.net.isolate,
+            first=peers_first if staged else None,
+            probe_others=True,
+        )
+
+    return await _on_net_cluster(
+        f"partition-primary-rf{replication}" + ("-staged" if staged else ""),
+        params,
+        work_dir,
+        inject,
+        brokers=brokers,
+        replication=replication,
+    )
+
+
+async def partition_etcd_only(params: Params, work_dir: pathlib.Path) -> Report:
+    """Cut only a primary's link to etcd (peers and appenders still reach it), then heal.
+
+    The cut lasts ``lease_s + etcd_cut_past_lease_s``: long enough that a primary
+    which held on to the journal until the network healed shows as a long gap.
+    """
+
+    async def inject(run: Run, cluster: NetCluster) -> None:
+        await _partition(
+            run,
+            cluster,
+            "etcd-cut",
+            lambda name: cluster.net.cut_from_etcd(name, ETCD),
+            duration_s=params.lease_s + params.etcd_cut_past_lease_s,
+        )
+
+    return await _on_net_cluster(
+        "partition-etcd-only", params, work_dir, inject, brokers=3, replication=2
+    )
+
+
+async def partition_peers_only(params: Params, work_dir: pathlib.Path) -> Report:
+    """Cut a primary from the other brokers only (etcd and appenders still reach it), then heal."""
+
+    async def inject(run: Run, cluster: NetCluster) -> None:
+        def cut(name: str) -> None:
+            cluster.net.cut_from(name, [b for b in cluster.broker_names if b != name])
+
+        await _partition(run, cluster, "peers-cut", cut)
+
+    return await _on_net_cluster(
+        "partition-peers-only", params, work_dir, inject, brokers=3, replication=2
+    )
+
+
 def scenario_names() -> Sequence[str]:
     return (
         "sigkill-spaced",
@@ -605,4 +1011,9 @@ def scenario_names() -> Sequence[str]:
         "client-aborts",
         "sigterm-all",
         "make-down-up",
+        "partition-primary-rf2",
+        "partition-primary-rf3",
+        "partition-primary-rf3-staged",
+        "partition-etcd-only",
+        "partition-peers-only",
     )
