@@ -47,6 +47,18 @@ def _stored_ends(cluster: testing.BrokerCluster, name: str) -> set[int]:
     return {int(p.name.split("-")[1], 16) for p in (cluster.file_root / name).glob("*.raw")}
 
 
+async def _written(cluster: testing.BrokerCluster, name: str, data: bytes) -> pb.Header:
+    """Apply journal ``name`` (replication 2), append ``data``; the header of its route."""
+    spec = testing.journal_spec(name, replication=2, stores=[cluster.store_url])
+    async with cluster.channel(0) as ch:
+        stub = _stub(ch)
+        assert (await testing.apply_specs(stub, spec)).status == pb.OK
+        await testing.wait_writable(stub, name)
+        assert (await testing.append(stub, name, [data])).status == pb.OK
+        _, meta = await testing.read(stub, name, -1)
+    return meta[0].header
+
+
 async def _stored(cluster: testing.BrokerCluster, name: str, end: int, within: float = 30) -> None:
     """Wait until the store holds a fragment of ``name`` ending at ``end``."""
     deadline = time.monotonic() + within
@@ -247,14 +259,7 @@ async def test_proposal_mismatch_reported_to_a_replicate_client(
     # broken stream rolled that spool to an empty fragment at 10, storing [0, 10).)
     with cluster_factory(etcd_server, tmp_path, brokers=3) as cluster:
         name = "faults/mismatch"
-        spec = testing.journal_spec(name, replication=2, stores=[cluster.store_url])
-        async with cluster.channel(0) as ch:
-            stub = _stub(ch)
-            assert (await testing.apply_specs(stub, spec)).status == pb.OK
-            await testing.wait_writable(stub, name)
-            assert (await testing.append(stub, name, [b"0123456789"])).status == pb.OK
-            _, meta = await testing.read(stub, name, -1)
-        header = meta[0].header
+        header = await _written(cluster, name, b"0123456789")
         route = header.route
         primary = route.members[route.primary]
         replica = route.members[1 - route.primary]
@@ -302,14 +307,7 @@ async def test_a_roll_of_a_pipeline_synchronisation_is_stored_at_once(
         extra_args=("--broker.replica-persist-delay", "120s"),
     ) as cluster:
         name = "faults/sync-roll"
-        spec = testing.journal_spec(name, replication=2, stores=[cluster.store_url])
-        async with cluster.channel(0) as ch:
-            stub = _stub(ch)
-            assert (await testing.apply_specs(stub, spec)).status == pb.OK
-            await testing.wait_writable(stub, name)
-            assert (await testing.append(stub, name, [b"0123456789"])).status == pb.OK
-            _, meta = await testing.read(stub, name, -1)
-        header = meta[0].header
+        header = await _written(cluster, name, b"0123456789")
         route = header.route
         primary, replica = route.members[route.primary], route.members[1 - route.primary]
         # Replicas hear that the append is confirmed once the journal is quiet for
@@ -458,14 +456,7 @@ async def test_a_replica_stores_an_unconfirmed_tail_only_if_the_route_goes_on_fr
     # the route's content came from elsewhere, and the block is never published.
     with cluster_factory(etcd_server, tmp_path, brokers=2, lease="60s") as cluster:
         name = "faults/held-tail"
-        spec = testing.journal_spec(name, replication=2, stores=[cluster.store_url])
-        async with cluster.channel(0) as ch:
-            stub = _stub(ch)
-            assert (await testing.apply_specs(stub, spec)).status == pb.OK
-            await testing.wait_writable(stub, name)
-            assert (await testing.append(stub, name, [b"0123456789"])).status == pb.OK
-            _, meta = await testing.read(stub, name, -1)
-        header = meta[0].header
+        header = await _written(cluster, name, b"0123456789")
         route = header.route
         primary, replica = route.members[route.primary], route.members[1 - route.primary]
         # Replicas hear that the append is confirmed once the journal is quiet for
@@ -588,14 +579,7 @@ async def test_a_replicate_stream_ends_once_its_route_is_replaced(
     # opened before etcd expired its lease, plays the cut-off primary.
     with cluster_factory(etcd_server, tmp_path, brokers=3, lease="3s") as cluster:
         name = "faults/stale-route"
-        spec = testing.journal_spec(name, replication=2, stores=[cluster.store_url])
-        async with cluster.channel(0) as ch:
-            stub = _stub(ch)
-            assert (await testing.apply_specs(stub, spec)).status == pb.OK
-            await testing.wait_writable(stub, name)
-            assert (await testing.append(stub, name, [b"0123456789"])).status == pb.OK
-            _, meta = await testing.read(stub, name, -1)
-        header = meta[0].header
+        header = await _written(cluster, name, b"0123456789")
         route = header.route
         primary, replica = route.members[route.primary], route.members[1 - route.primary]
         killed_at = time.monotonic()
