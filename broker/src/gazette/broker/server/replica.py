@@ -465,15 +465,19 @@ class Replica:
         if pln is not None:
             await _close_pipeline(pln, self.journal)
         sp = await self.spool_slot.get()
+        # Where what we publish ends: content past it (an append whose acknowledgements
+        # never came) is quarantined below, so the journal must go on from here, or
+        # it would have a hole where that content was (chaos suite, make down/up).
+        head = min([sp.confirmed_end] + [h.confirmed_end for h in self._held])
         # Roll to an empty fragment at the end: the last fragment goes to the persister.
         await sp.must_apply(pb.ReplicateRequest(proposal=_empty_at_end(sp), registers=sp.registers))
         self.release_held()
-        if self.primary and sp.end > 0:
+        if self.primary and head > 0:
             try:
                 async with asyncio.timeout(SHUTDOWN_PIPELINE_TIMEOUT):
-                    await self.host.checkpoint_head(self, sp.end)
+                    await self.host.checkpoint_head(self, head)
             except (TimeoutError, errors.BrokerServerError) as e:
-                log.warning("journal %s: head at %d not recorded: %s", self.journal, sp.end, e)
+                log.warning("journal %s: head at %d not recorded: %s", self.journal, head, e)
         self.index.close()
         # The slots are intentionally left empty: nothing may use this replica again.
 
