@@ -519,7 +519,13 @@ async def test_a_whole_cluster_that_stopped_goes_on_where_it_safely_can(
     # in its spec: appends go on at once, where they ended. Killed, the unstored tail
     # (acknowledged) is gone: appends are refused rather than reusing its offsets,
     # until `reset-head` (an append naming the stored end) says so.
-    with cluster_factory(etcd_server, tmp_path, brokers=2, lease="3s") as cluster:
+    with cluster_factory(
+        etcd_server,
+        tmp_path,
+        brokers=2,
+        lease="3s",
+        extra_args=("--broker.resume-head-gaps=false",),
+    ) as cluster:
         name = "faults/whole-cluster"
         spec = testing.journal_spec(name, replication=2, stores=[cluster.store_url])
         async with cluster.channel(0) as ch:

@@ -272,7 +272,9 @@ async def test_a_head_gap_is_refused_unless_resuming_is_asked_for() -> None:
     # Every broker that held the tail may be gone with acknowledged offsets nobody
     # stored: resuming at the stored end could hand them out again.
     clock = Clock()
-    rep = replica.Replica(JOURNAL, FakeHost(), primary=True, create_revision=1, clock=clock)
+    rep = replica.Replica(
+        JOURNAL, FakeHost(), primary=True, create_revision=1, clock=clock, resume_head_gaps=False
+    )
     rep.listed_at = clock.now
     for _ in range(3):
         assert not rep.head_recovery_ready(0, 500)

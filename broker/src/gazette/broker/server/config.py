@@ -109,7 +109,7 @@ class BrokerConfig:
     replica_persist_delay_s: float = 2.0
     #: ``--broker.resume-head-gaps`` (ours): resume a journal whose persisted fragments
     #: end beyond every spool of its route at that end, after a lease, on its own.
-    resume_head_gaps: bool = False
+    resume_head_gaps: bool = True
     http_body_timeout_s: float = 30.0
     #: ``--broker.auth-keys``: base64 HMAC keys, the first signs (see
     #: ``gazette.broker.protocol.auth``); empty: no authorization. Kept out of reprs.
@@ -493,13 +493,14 @@ _FLAGS: tuple[Flag, ...] = (
         "BROKER_RESUME_HEAD_GAPS",
         "broker.resume_head_gaps",
         parse_bool,
-        False,
+        True,
         "When every broker that held a journal's unpersisted tail is gone (its persisted "
         "fragments end beyond what its brokers hold), resume it at that end on its own, a "
-        "lease later. Offsets acknowledged but never persisted may then be handed out again. "
-        "Off (the default, as Gazette): such a journal refuses appends with "
-        "INDEX_HAS_GREATER_OFFSET until `gazctl journals reset-head` says every such broker "
-        "is gone",
+        "lease + 2s later and after a fresh store listing (brokers restarted on their "
+        "--broker.spool-dir store what they held before they announce themselves). If such a "
+        "broker never comes back (its disk is lost), offsets it acknowledged but never "
+        "persisted are handed out again. Off: such a journal refuses appends with "
+        "INDEX_HAS_GREATER_OFFSET, as Gazette's do, until `gazctl journals reset-head`",
     ),
     *ETCD_CONNECTION_FLAGS,
     (

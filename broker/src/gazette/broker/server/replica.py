@@ -96,7 +96,7 @@ class Replica:
         spool_config: spool.SpoolConfig | None = None,
         pulse_interval: float = PULSE_INTERVAL,
         recovery_delay: float = DEFAULT_RECOVERY_DELAY,
-        resume_head_gaps: bool = False,
+        resume_head_gaps: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.journal = journal

@@ -59,7 +59,7 @@ class ServiceConfig:
     recovery_delay: float = replica.DEFAULT_RECOVERY_DELAY
     """Seconds a journal's spools must trail its persisted fragments before it resumes
     at their end (see Replica.head_recovery_ready); at least the member lease."""
-    resume_head_gaps: bool = False
+    resume_head_gaps: bool = True
     """Whether such a journal resumes at all without `gazctl journals reset-head`."""
     peer_tls: dial.TLS = dataclasses.field(default_factory=dial.TLS)
     """Our side of TLS to peers with ``https://`` endpoints (``--broker.peer-*-file``)."""
