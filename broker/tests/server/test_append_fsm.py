@@ -709,3 +709,15 @@ async def test_preconditions_without_a_head_gap_forget_a_pending_one() -> None:
     fsm = await _at_preconditions(deps)
     await step_expect(fsm, State.STREAM_CONTENT)
     assert deps.replica.gap_closed == 1 and deps.replica.recovery_asks == []
+
+
+async def test_a_pulse_through_a_failed_pipeline_ends_in_error() -> None:
+    # A pulse's intent to commit ends the content phase when the pipeline has failed
+    # (a peer's earlier failure): it must not then try to commit (that crashed a
+    # broker's pulse daemon, and the broker with it, in the chaos suite).
+    deps = FakeDeps()
+    fsm = fsm_for(deps)
+    assert await fsm.run_to(State.STREAM_CONTENT)
+    deps.pln._send_err = RuntimeError("peer failed")
+    await fsm._run(None)
+    assert fsm.state == State.ERROR, fsm.state

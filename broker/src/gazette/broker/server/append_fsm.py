@@ -199,7 +199,10 @@ class AppendFSM(ContentPhase):
                 return totals
             if requests is None:
                 await self.on_stream_content(pb2.AppendRequest(), None)  # Intent to commit.
-                await self.on_stream_content(None, None)  # Commit.
+                # A pipeline that failed (or broke off: Pipeline.acknowledged) ends the
+                # content phase at the intent already: there is no commit to send.
+                if self.state == State.STREAM_CONTENT:
+                    await self.on_stream_content(None, None)  # Commit.
             else:
                 totals = await self._stream_client_content(requests)
             await self.run_to(State.FINISHED)
