@@ -39,8 +39,6 @@ import dataclasses
 import pathlib
 import shutil
 import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -118,28 +116,9 @@ class NetBrokerProcess(testing.BrokerProcess):
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def start(self) -> None:
-        # BrokerProcess.start with the namespace prefix between die-with-parent and python.
-        if self.alive:
-            raise RuntimeError(f"broker {self.suffix} is already running")
-        self.spool_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            log.write(f"--- starting {time.strftime('%H:%M:%S')} in {self.prefix[-1:]}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                [
-                    *ks_testing.die_with_parent_argv("KILL"),
-                    *self.prefix,
-                    sys.executable,
-                    "-m",
-                    self.module,
-                    *self.args,
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-            )
+    def command(self) -> list[str]:
+        # The namespace's `ip netns exec` goes between die-with-parent and the broker.
+        return [*self.prefix, *super().command()]
 
     def ready(self) -> bool:
         try:
@@ -156,24 +135,8 @@ class NetGoBrokerProcess(NetBrokerProcess):
 
     binary: str = ""
 
-    def start(self) -> None:
-        if self.alive:
-            raise RuntimeError(f"broker {self.suffix} is already running")
-        with open(self.log_path, "ab") as log:
-            log.write(f"--- starting {time.strftime('%H:%M:%S')} (Go)\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                [
-                    *ks_testing.die_with_parent_argv("KILL"),
-                    *self.prefix,
-                    self.binary,
-                    "serve",
-                    *self.args,
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+    def command(self) -> list[str]:
+        return [*self.prefix, self.binary, "serve", *self.args]
 
     def ready(self) -> bool:
         # Gazette has no /debug/ready; it serves HTTP once it joined etcd.

@@ -133,6 +133,10 @@ class BrokerProcess:
     def returncode(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
+    def command(self) -> list[str]:
+        """What the process runs (a subclass may run it elsewhere, e.g. in a namespace)."""
+        return [sys.executable, "-m", self.module, *self.args]
+
     def start(self) -> None:
         if self.alive:
             raise RuntimeError(f"broker {self.suffix} is already running")
@@ -141,13 +145,7 @@ class BrokerProcess:
             log.write(f"--- starting {time.strftime('%H:%M:%S')}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
-                [
-                    *ks_testing.die_with_parent_argv("KILL"),
-                    sys.executable,
-                    "-m",
-                    self.module,
-                    *self.args,
-                ],
+                [*ks_testing.die_with_parent_argv("KILL"), *self.command()],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
