@@ -17,7 +17,9 @@ so boto3 (about a second to import), are imported by name where they are
 used, as our convention imports modules anyway.
 
 Modules: ``cover_set`` (CoverSet), ``index``, ``spool`` (+ ``maybe_roll``),
-``persister``, ``codecs``, ``reader``, ``files`` (spool files), ``stores``
+``persister``, ``tails`` (confirmed parts and quarantined tails of spools),
+``recovery`` (spools found on disk after a crash), ``codecs``, ``reader``,
+``files`` (spool files and their records), ``stores``
 (file:// and s3:// stores, registry, health checks), ``errors``, and
 ``testing`` (a real S3 server for tests).
 

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from gazette.broker import protocol as pb
-from gazette.broker.fragment import errors, files, metrics, spool, stores
+from gazette.broker.fragment import errors, files, metrics, spool, stores, tails
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +227,7 @@ class Persister:
     async def _cut(self, sp: spool.Spool, held: bool) -> spool.Spool:
         """The confirmed part of ``sp`` (maybe empty); its tail is quarantined unless held."""
         if not held:
-            path = await spool.quarantine_tail(sp)
+            path = await tails.quarantine_tail(sp)
             log.warning(
                 "journal %s: [%d, %d) was committed here but never confirmed by every"
                 " member of its route; it is not stored (kept aside in %s)",
@@ -237,7 +237,7 @@ class Persister:
                 path or "nowhere: see the previous error",
             )
         try:
-            part = await spool.confirmed_part(sp)
+            part = await tails.confirmed_part(sp)
         except OSError as e:
             log.error("journal %s: could not read the confirmed part of %s: %s", sp.journal, sp, e)
             part = None

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import logging
 import os
 from collections.abc import Awaitable, Callable
 
 from gazette.broker import protocol as pb
-from gazette.broker.fragment import files, persister, spool, stores
+from gazette.broker.fragment import files, persister, spool, stores, tails
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +76,12 @@ async def recover(
         f = files.SpoolFile(fd)
         end = begin + os.fstat(fd).st_size
         confirmed = min(confirmed, end)
-        sp = await spool.recovered(journal, begin, confirmed, codec, f, config)
-        whole = await spool.recovered(journal, begin, confirmed, codec, f, config)
+        sp = await tails.recovered(journal, begin, confirmed, codec, f, config)
+        whole = copy.copy(sp)  # The whole file, for its unconfirmed tail.
+        whole.spec = pb.Fragment()
+        whole.spec.CopyFrom(sp.spec)
         whole.spec.end = end
-        quarantined = await spool.quarantine_tail(whole) if confirmed < end else None
+        quarantined = await tails.quarantine_tail(whole) if confirmed < end else None
         stored = await _store(registry, spec_of, sp, deadline)
         log.warning(
             "found %s [%d, %d) on disk from before a crash: [%d, %d) confirmed%s%s",
