@@ -237,3 +237,40 @@ async def test_a_peer_that_never_answers_fails_the_pipeline_in_bounded_time(
     silent.set()
     await close(pln, abort=True)
     assert returned == [local]
+
+
+async def test_a_peer_that_left_the_route_is_not_waited_on(
+    peers: list[Peer], tmp_path: Any
+) -> None:
+    # The route lost a silent peer (etcd gave its lease up): the append waiting on
+    # its answer fails at once, naming why, instead of at the pipeline's timeout.
+    pln, local, returned = await make_pipeline(peers, str(tmp_path), peer_timeout=60.0)
+    await pln.scatter(sync_request(pln, pb.Fragment(journal=JOURNAL, compression_codec=pb.NONE)))
+    await pln.gather_sync()
+    silent = asyncio.Event()
+    original = peers[1].spool.apply
+
+    async def never(req: pb.ReplicateRequest, **_: Any) -> pb.ReplicateResponse:
+        await silent.wait()
+        return await original(req)
+
+    peers[1].spool.apply = never  # type: ignore[method-assign]
+    await pln.scatter(pb.ReplicateRequest(content=b"data", content_delta=0))
+    await pln.scatter(
+        pb.ReplicateRequest(proposal=local.next(), registers=pb.LabelSet(), acknowledge=True)
+    )
+    loop = asyncio.get_running_loop()
+    gathering = asyncio.create_task(pln.gather_ok())
+    await asyncio.sleep(0.2)
+    assert not gathering.done()
+    started = loop.time()
+    pln.interrupt("zone/peer-two left the route of a/journal")
+    await gathering
+    assert loop.time() - started < 1.0
+    err = pln.recv_err()
+    assert err is not None and "left the route" in str(err)
+    # Nothing more is waited on either: a later write or read fails the same way.
+    await pln.scatter(pb.ReplicateRequest(content=b"more", content_delta=4))
+    silent.set()
+    await close(pln, abort=True)
+    assert returned == [local]

@@ -52,6 +52,24 @@ def _id_str(pid: pb2.ProcessSpec.ID) -> str:
     return f"{pid.zone}/{pid.suffix}"
 
 
+class _Bound:
+    """``asyncio.timeout`` that stays in ``waits`` while entered (see Pipeline.interrupt)."""
+
+    __slots__ = ("_timeout", "_waits")
+
+    def __init__(self, waits: set[asyncio.Timeout], delay: float) -> None:
+        self._waits = waits
+        self._timeout = asyncio.timeout(delay)
+
+    async def __aenter__(self) -> None:
+        await self._timeout.__aenter__()
+        self._waits.add(self._timeout)
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self._waits.discard(self._timeout)
+        await self._timeout.__aexit__(*exc)
+
+
 class Pipeline:
     def __init__(
         self,
@@ -82,6 +100,10 @@ class Pipeline:
         loop = asyncio.get_running_loop()
         self._read_barrier: asyncio.Future[None] = loop.create_future()
         self._read_barrier.set_result(None)
+        # The bounds of the peer writes and reads under way (see interrupt), and why
+        # they were cut short, if they were.
+        self._waits: set[asyncio.Timeout] = set()
+        self._interrupted: str | None = None
         for i, member in enumerate(route.members):
             if i == route.primary:
                 continue
@@ -93,6 +115,28 @@ class Pipeline:
 
     def _member(self, i: int) -> str:
         return _id_str(self.header.route.members[i])
+
+    @property
+    def members(self) -> list[pb2.ProcessSpec.ID]:
+        return list(self.header.route.members)
+
+    def _bounded(self) -> _Bound:
+        """A peer write or read: bounded by ``timeout``, cut short by :meth:`interrupt`."""
+        return _Bound(self._waits, 0.0 if self._interrupted is not None else self.timeout)
+
+    def interrupt(self, why: str) -> None:
+        """Stop waiting on peers: every write or read under way, or to come, fails with ``why``.
+
+        For a route that lost a member: a peer cut off by a partition neither
+        answers nor fails, and the appends waiting on it would hold the journal
+        until ``timeout``, long after etcd gave the journal a new route.
+        """
+        if self._interrupted is not None:
+            return
+        self._interrupted = why
+        now = asyncio.get_running_loop().time()
+        for bound in self._waits:
+            bound.reschedule(now)
 
     async def scatter(self, req: pb2.ReplicateRequest) -> None:
         if self._broken is not None:
@@ -106,13 +150,13 @@ class Pipeline:
                 msg.CopyFrom(req)
                 msg.header.process_id.CopyFrom(self.header.route.members[i])
             try:
-                async with asyncio.timeout(self.timeout):
+                async with self._bounded():
                     await call.write(msg)
             except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as e:
                 self._send_errs[i] = e
             except TimeoutError:
                 self._send_errs[i] = errors.PipelineError(
-                    f"took no message for {self.timeout:g}s (partitioned?)"
+                    self._interrupted or f"took no message for {self.timeout:g}s (partitioned?)"
                 )
                 call.cancel()
         p = self.header.route.primary
@@ -220,13 +264,13 @@ class Pipeline:
             if call is None or self._recv_errs[i] is not None:
                 continue
             try:
-                async with asyncio.timeout(self.timeout):
+                async with self._bounded():
                     out.append((i, await call.read()))
             except grpc.aio.AioRpcError as e:
                 self._recv_errs[i] = e
             except TimeoutError:
                 self._recv_errs[i] = errors.PipelineError(
-                    f"no answer for {self.timeout:g}s (partitioned?)"
+                    self._interrupted or f"no answer for {self.timeout:g}s (partitioned?)"
                 )
                 call.cancel()
         return out

@@ -113,6 +113,8 @@ class Replica:
         )
         self.pipeline_slot: asyncio.Queue[pipeline.Pipeline | None] = asyncio.Queue(1)
         self.pipeline_slot.put_nowait(None)
+        # The pipeline built last (idle in pipeline_slot or held by an append).
+        self.pipeline: pipeline.Pipeline | None = None
         self.flow = flow_control.FlowState()
         self.signal = asyncio.Event()
         # What the last invalidation was computed from.
@@ -219,6 +221,21 @@ class Replica:
             return  # The final signal stays set.
         signal, self.signal = self.signal, asyncio.Event()
         signal.set()
+
+    def route_members(self, members: set[tuple[str, str]]) -> None:
+        """The journal's route is now of ``members`` ((zone, suffix) pairs).
+
+        A peer of the pipeline that left the route is no longer waited on: the
+        appends behind it fail now rather than at the pipeline's timeout (a
+        member cut off by a partition neither answers nor fails), and the next
+        append builds a pipeline over the new route.
+        """
+        pln = self.pipeline
+        if pln is None:
+            return
+        gone = [f"{m.zone}/{m.suffix}" for m in pln.members if (m.zone, m.suffix) not in members]
+        if gone:
+            pln.interrupt(f"{', '.join(gone)} left the route of {self.journal}")
 
     def stop(self) -> None:
         """Begin shutdown; waiters on the slots wake and re-resolve (elsewhere)."""
@@ -573,6 +590,9 @@ class ReplicaSet:
             stores_ = tuple(spec.fragment.stores)
             if revisions != rep.assignment_revisions or stores_ != rep.stores:
                 rep.assignment_revisions, rep.stores = revisions, stores_
+                rep.route_members(
+                    {(kv.decoded.member_zone, kv.decoded.member_suffix) for kv in li.assignments}
+                )
                 rep.invalidate()
 
         prev, self._replicas = self._replicas, nxt

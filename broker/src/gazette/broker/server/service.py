@@ -263,13 +263,14 @@ class Service:
         assert rep is not None
         header = pb.Header()
         header.CopyFrom(resolution.header)
-        return pipeline.Pipeline(
+        rep.pipeline = pipeline.Pipeline(
             header,
             spool_,
             rep.spool_slot.put_nowait,
             lambda _member, endpoint: self.peers.stub(endpoint),
             self.peer_metadata(auth.Capability.REPLICATE, rep.journal),
         )
+        return rep.pipeline
 
     async def update_assignments(self, resolution: resolver.Resolution) -> int:
         assert isinstance(resolution, resolver.Resolution)
