@@ -110,6 +110,31 @@ async def test_holes_jump_only_when_the_next_fragment_is_old() -> None:
     assert resp.status == pb.OFFSET_NOT_YET_AVAILABLE
 
 
+async def test_a_range_skipped_for_good_is_jumped_at_once() -> None:
+    # The journal resumed at its acknowledgement fence, 200, past its stored
+    # fragments (ending at 100): nothing will ever be stored in between.
+    young = int(NOW)
+    ix = new_index()
+    ix.replace_remote(cover_set.CoverSet([remote(0, 100, young)]))
+    ix.spool_commit(local(200, 300))
+    blocked = asyncio.create_task(ix.query(read(150, block=True)))
+    await asyncio.sleep(0)
+    assert not blocked.done()
+    ix.mark_skipped([(100, 200)])
+    resp, _ = await asyncio.wait_for(blocked, 5)  # Woken, and jumped.
+    assert (resp.status, resp.offset) == (pb.OK, 200)
+    resp, _ = await ix.query(read(100))
+    assert (resp.status, resp.offset) == (pb.OK, 200)
+    # A recovered fragment inside the range is still served, and jumped to.
+    ix.replace_remote(cover_set.CoverSet([remote(0, 100, young), remote(120, 150, young)]))
+    resp, _ = await ix.query(read(100))
+    assert (resp.status, resp.offset, resp.fragment.begin) == (pb.OK, 120, 120)
+    # Any other hole still waits.
+    ix.replace_remote(cover_set.CoverSet([remote(0, 50, young), remote(60, 100, young)]))
+    resp, _ = await ix.query(read(55))
+    assert resp.status == pb.OFFSET_NOT_YET_AVAILABLE
+
+
 async def test_begin_mod_time_skips_older_fragments() -> None:
     ix = new_index()
     ix.replace_remote(

@@ -132,6 +132,8 @@ class FakeReplica:
     # settle_held calls: (head, adopt).
     settled: list[tuple[int, bool]] = dataclasses.field(default_factory=list)
     confirmations: int = 0
+    unknowable: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    fence: Any = None
 
     def tell_confirmed_soon(self) -> None:
         self.confirmations += 1
@@ -148,6 +150,9 @@ class FakeReplica:
 
     def head_gap_closed(self) -> None:
         self.gap_closed += 1
+
+    def head_gap_unknowable(self, spool_end: int, index_end: int) -> None:
+        self.unknowable.append((spool_end, index_end))
 
 
 @dataclasses.dataclass
@@ -178,6 +183,8 @@ class FakeDeps:
         self.spec_updates: list[pb2.JournalSpec] = []
         self.health_err: str | None = None
         self.flow_limits = flow_control.FlowLimits()
+        # The journal's acknowledgement fence (None: it has none).
+        self.fence: int | None = 0
 
     async def resolve(self, journal, **kw):
         self.resolves.append(kw)
@@ -188,6 +195,9 @@ class FakeDeps:
         return FakeResolution(
             self.status, hdr, LOCAL, self.spec, self.replica, assignments_consistent=self.consistent
         )
+
+    async def head_resumes_at(self, journal, index_end):
+        return None if self.fence is None else max(index_end, self.fence)
 
     def new_pipeline(self, res, spool):
         self.pln = FakePipeline(res.header, spool)
@@ -416,6 +426,26 @@ async def test_index_has_greater_offset_and_explicit_offsets() -> None:
     fsm = await _at_preconditions(deps)
     await step_expect(fsm, State.SEND_PIPELINE_SYNC)
     assert fsm.roll_to_offset == 1000
+
+    # Appends may have been acknowledged past the index end, up to the journal's
+    # fence: it goes on past them, not over them.
+    deps = FakeDeps()
+    deps.replica.index.summary_value = (0, 1000, 5)
+    deps.replica.recovery_ready = True
+    deps.fence = 1500
+    fsm = await _at_preconditions(deps)
+    await step_expect(fsm, State.SEND_PIPELINE_SYNC)
+    assert fsm.roll_to_offset == 1500
+
+    # No fence: nothing tells how far appends were acknowledged; refused, as Gazette does.
+    deps = FakeDeps()
+    deps.replica.index.summary_value = (0, 1000, 5)
+    deps.replica.recovery_ready = True
+    deps.fence = None
+    fsm = await _at_preconditions(deps)
+    await step_expect(fsm, State.ERROR)
+    assert fsm.status == pb2.Status.INDEX_HAS_GREATER_OFFSET
+    assert deps.replica.unknowable == [(0, 1000)]
 
     deps = FakeDeps()
     deps.replica.index.summary_value = (0, 1000, 5)

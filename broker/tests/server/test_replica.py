@@ -46,6 +46,12 @@ class FakeHost:
     async def checkpoint_head(self, rep: replica.Replica, offset: int) -> None:
         self.checkpoints.append(offset)
 
+    def new_fence(self, journal: str) -> None:
+        return None
+
+    async def skipped_ranges(self, journal: str) -> tuple[tuple[int, int], ...]:
+        return ()
+
 
 class Clock:
     def __init__(self) -> None:

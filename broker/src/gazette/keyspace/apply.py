@@ -55,6 +55,11 @@ class ApplyResult:
     succeeded: bool
     revision: int
     etcd: protocol_pb2.Header.Etcd
+    #: Whether it changed a key at all (not so when it only deleted absent keys):
+    #: if not, ``revision`` is etcd's current one, which a KeySpace watching only
+    #: its root may not see before the next change under it (etcd's revision also
+    #: counts writes elsewhere: brokers' acknowledgement fences, other roots).
+    changed: bool = True
 
     @property
     def status(self) -> protocol_pb2.Status.ValueType:
@@ -135,4 +140,13 @@ async def apply_changes(
             ) from e
         raise
     header = etcd.header_of(resp.header)
-    return ApplyResult(succeeded=bool(resp.succeeded), revision=int(header.revision), etcd=header)
+    changed = any(
+        r.WhichOneof("response") != "response_delete_range" or r.response_delete_range.deleted
+        for r in resp.responses
+    )
+    return ApplyResult(
+        succeeded=bool(resp.succeeded),
+        revision=int(header.revision),
+        etcd=header,
+        changed=bool(resp.succeeded) and changed,
+    )

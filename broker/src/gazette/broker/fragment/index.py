@@ -72,6 +72,8 @@ class Index:
         self._listed = asyncio.Event()  # Replaced after each applied listing.
         self._first_refresh = asyncio.Event()
         self._closed = False
+        # Offset ranges no fragment will ever cover (see mark_skipped), sorted.
+        self._skipped: tuple[tuple[int, int], ...] = ()
 
     # -- Queries ------------------------------------------------------------------------
 
@@ -93,11 +95,19 @@ class Index:
             # Jump over a hole to the next persisted fragment if the read starts before
             # the journal's first fragment, or the next fragment was persisted long ago.
             # Younger holes block: another broker may still be uploading their fragment.
+            # And over a range the journal skipped for good, at once.
             if (
                 not found
                 and ind != len(s)
-                and s[ind].mod_time != 0
-                and (ind == 0 or s[ind].mod_time < self._clock() - OFFSET_JUMP_AGE_THRESHOLD)
+                and (
+                    (
+                        s[ind].mod_time != 0
+                        and (
+                            ind == 0 or s[ind].mod_time < self._clock() - OFFSET_JUMP_AGE_THRESHOLD
+                        )
+                    )
+                    or self._within_skipped(offset, s[ind].begin)
+                )
             ):
                 offset = s[ind].begin
                 found = True
@@ -183,6 +193,22 @@ class Index:
         self._first_refresh.set()
         listed, self._listed = self._listed, asyncio.Event()
         listed.set()
+
+    def mark_skipped(self, ranges: Sequence[tuple[int, int]]) -> None:
+        """``ranges`` of offsets were skipped for good: reads jump them without waiting.
+
+        A journal resumed past its acknowledgement fence (its brokers lost what
+        they held there; see gazette.broker.server.fences) never stores anything
+        in between, so a read there would otherwise wait forever (or six hours:
+        OFFSET_JUMP_AGE_THRESHOLD).
+        """
+        skipped = tuple(sorted(set(self._skipped) | {(b, e) for b, e in ranges if b < e}))
+        if skipped != self._skipped:
+            self._skipped = skipped
+            self._wake()
+
+    def _within_skipped(self, begin: int, end: int) -> bool:
+        return any(b <= begin and end <= e for b, e in self._skipped)
 
     def close(self) -> None:
         """Fail blocked and future blocking queries with IndexClosedError."""

@@ -256,6 +256,19 @@ class ContentPhase:
             assert self.proposal is not None
             await pln.spool.record_confirmed(confirmed_file, self.proposal.end)
             self._replica().tell_confirmed_soon()
+            fence = self._replica().fence
+            if fence is not None and not fence.covers(self.proposal.end):
+                try:
+                    await fence.cover(self.proposal.end)
+                except (TimeoutError, errors.BrokerServerError) as e:
+                    # Committed by every member: it stays in the journal, unanswered.
+                    span = self.client_fragment or self.proposal
+                    self.err = errors.Unfenced(
+                        self.req.journal,
+                        span.begin,
+                        span.end,
+                        errors.describe(e) if str(e) else "etcd did not answer in time",
+                    )
 
         recv_err = pln.recv_err()
         if send_err is not None or recv_err is not None:

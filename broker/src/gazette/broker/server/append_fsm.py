@@ -498,15 +498,24 @@ class AppendFSM(ContentPhase):
             return
         if spool_end != max_offset and self.req.offset == 0 and pb.journal_may_write(spec):
             if replica.head_recovery_ready(spool_end, index_max):
-                log.warning(
-                    "journal %s resumes at %d, the end of its persisted fragments: content"
-                    " that was appended past it and never persisted is lost",
-                    self.req.journal,
-                    index_max,
-                )
-                self.roll_to_offset = index_max
-                self.state = State.SEND_PIPELINE_SYNC
-                return
+                try:
+                    resume = await self.deps.head_resumes_at(self.req.journal, index_max)
+                except errors.BrokerServerError as e:
+                    self.err = e
+                    self.state = State.ERROR
+                    return
+                if resume is not None:
+                    log.warning(
+                        "journal %s resumes at %d (its persisted fragments end at %d): content"
+                        " that was appended past them and never persisted is lost",
+                        self.req.journal,
+                        resume,
+                        index_max,
+                    )
+                    self.roll_to_offset = resume
+                    self.state = State.SEND_PIPELINE_SYNC
+                    return
+                replica.head_gap_unknowable(spool_end, index_max)
             res.status = Status.INDEX_HAS_GREATER_OFFSET
             self.state = State.ERROR
             return

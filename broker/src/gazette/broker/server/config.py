@@ -495,12 +495,15 @@ _FLAGS: tuple[Flag, ...] = (
         parse_bool,
         True,
         "When every broker that held a journal's unpersisted tail is gone (its persisted "
-        "fragments end beyond what its brokers hold), resume it at that end on its own, a "
-        "lease + 2s later and after a fresh store listing (brokers restarted on their "
-        "--broker.spool-dir store what they held before they announce themselves). If such a "
-        "broker never comes back (its disk is lost), offsets it acknowledged but never "
-        "persisted are handed out again. Off: such a journal refuses appends with "
-        "INDEX_HAS_GREATER_OFFSET, as Gazette's do, until `gazctl journals reset-head`",
+        "fragments end beyond what its brokers hold), resume it on its own, a lease + 2s "
+        "later and after a fresh store listing (brokers restarted on their "
+        "--broker.spool-dir store what they held before they announce themselves), past its "
+        "persisted fragments and past its acknowledgement fence in etcd (how far its "
+        "primaries may have acknowledged appends; under /gazette-fences<etcd prefix>/): "
+        "appends acknowledged but lost with their brokers' disks leave a gap, and no offset "
+        "is handed out twice. A journal without a fence (served by Go brokers only) refuses "
+        "appends. Off: every such journal refuses appends with INDEX_HAS_GREATER_OFFSET, as "
+        "Gazette's do, until `gazctl journals reset-head`",
     ),
     *ETCD_CONNECTION_FLAGS,
     (

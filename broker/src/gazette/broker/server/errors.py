@@ -144,6 +144,22 @@ class ReplicaStopped(BrokerServerError):
         self.journal = journal
 
 
+class Unfenced(BrokerServerError):
+    """An append every member committed could not be acknowledged: its fence stayed low.
+
+    The append *is* in the journal (it will be read back at ``[begin, end)``),
+    but the primary could not raise the journal's acknowledgement fence in
+    etcd (see gazette.broker.server.fences) to cover it, so it does not
+    acknowledge it. A client that retries appends it again.
+    """
+
+    def __init__(self, journal: str, begin: int, end: int, why: str) -> None:
+        super().__init__(
+            f"append to {journal} was committed at [{begin}, {end}) and is in the journal,"
+            f" but is not acknowledged: its acknowledgement fence could not be raised ({why})"
+        )
+
+
 class LeaseInDoubt(BrokerServerError):
     """This broker's etcd lease may have expired (etcd unreachable): it serves no writes.
 

@@ -141,7 +141,7 @@ async def apply(
     if not result.succeeded:
         resp.status = pb.ETCD_TRANSACTION_FAILED
         out.set(resp.status)
-    elif changes:
+    elif result.changed:
         # Read our own write before answering.
         await ks.wait_for_revision(result.revision)
     resp.header.etcd.revision = result.revision

@@ -56,7 +56,7 @@ from gazette.broker import protocol as pb
 from gazette.broker.fragment import persister, recovery, spool, stores
 from gazette.broker.protocol import dial
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
-from gazette.broker.server import api, config, flow_control, keyreload, service
+from gazette.broker.server import api, config, fences, flow_control, keyreload, service
 
 log = logging.getLogger(__name__)
 
@@ -227,14 +227,20 @@ async def serve(
         kvs = resp.responses[0].response_range.kvs
         return pb.JournalSpec.FromString(kvs[0].value) if kvs else None
 
+    fence_keeper = fences.Fences(client, root, spool_config.directory)
+
     try:
         async with registry, asyncio.TaskGroup() as tg:
             if spool_config.recoverable and spool_config.directory is not None:
                 # Before we announce ourselves: what we held when we were killed may be
                 # the only copy of acknowledged appends (see fragment.recovery).
-                await recovery.recover(
+                found = await recovery.recover(
                     spool_config.directory, registry, spec_of, config=spool_config
                 )
+                confirmed: dict[str, int] = {}
+                for r in found:
+                    confirmed[r.journal] = max(confirmed.get(r.journal, 0), r.confirmed)
+                await fences.settle_recovered(fence_keeper, confirmed)
             session_task = tg.create_task(session.run(), name="allocator session")
             stop_task = tg.create_task(stop.wait(), name="stop signal")
             ready_task = tg.create_task(session.ready.wait(), name="announced")
@@ -280,6 +286,7 @@ async def serve(
                 ),
                 lease_valid=lambda: session.lease.valid(loop.time()),
                 authorization=keys,
+                fences=fence_keeper,
             )
             persister_task = tg.create_task(pers.serve(), name="persister")
             replicas_task = tg.create_task(svc.run(), name="replicas")

@@ -49,7 +49,7 @@ from gazette import allocator, task
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import cover_set, index, spool, stores
 from gazette.broker.fragment import errors as frag_errors
-from gazette.broker.server import errors, flow_control, metrics, pipeline
+from gazette.broker.server import errors, fences, flow_control, metrics, pipeline
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,14 @@ class ReplicaHost(Protocol):
 
     async def checkpoint_head(self, replica: Replica, offset: int) -> None:
         """Record that the journal goes on at ``offset`` (a primary stopping)."""
+        ...
+
+    def new_fence(self, journal: str) -> fences.JournalFence | None:
+        """The acknowledgement fence a primary of ``journal`` keeps (None: none is kept)."""
+        ...
+
+    async def skipped_ranges(self, journal: str) -> tuple[tuple[int, int], ...]:
+        """Offset ranges ``journal`` skipped for good (recorded with its fence)."""
         ...
 
 
@@ -115,6 +123,7 @@ class Replica:
         self.pipeline_slot.put_nowait(None)
         # The pipeline built last (idle in pipeline_slot or held by an append).
         self.pipeline: pipeline.Pipeline | None = None
+        self._fence: fences.JournalFence | None = None
         self.flow = flow_control.FlowState()
         self.signal = asyncio.Event()
         # What the last invalidation was computed from.
@@ -135,6 +144,9 @@ class Replica:
         self.listed_at = -1.0
         # A head gap seen by the primary: ((spool end, index end), first seen at).
         self._head_gap: tuple[tuple[int, int], float] | None = None
+        self._skipped_lookup: asyncio.Task[None] | None = None
+        # A head gap found without an acknowledgement fence (head_gap_unknowable).
+        self._unknowable: tuple[int, int] | None = None
         # Listings asked for by reads of a hole below the write head: where the hole
         # ends, the back-off before the next such listing, and when it may start.
         self._hole: tuple[int, float, float] | None = None
@@ -222,6 +234,13 @@ class Replica:
         signal, self.signal = self.signal, asyncio.Event()
         signal.set()
 
+    @property
+    def fence(self) -> fences.JournalFence | None:
+        """As primary, the acknowledgement fence of the journal (made on first use)."""
+        if self._fence is None and self.primary:
+            self._fence = self.host.new_fence(self.journal)
+        return self._fence
+
     def route_members(self, members: set[tuple[str, str]]) -> None:
         """The journal's route is now of ``members`` ((zone, suffix) pairs).
 
@@ -293,7 +312,18 @@ class Replica:
             backoff = HOLE_LISTING_BACKOFF
         self._hole = (hole_end, backoff, now + backoff)
         self.refresh_now()
+        # The hole may be a range the journal skipped for good: ask etcd as well.
+        if self._skipped_lookup is None or self._skipped_lookup.done():
+            self._skipped_lookup = asyncio.get_running_loop().create_task(
+                self._look_up_skipped(), name=f"skipped ranges of {self.journal}"
+            )
         return True
+
+    async def _look_up_skipped(self) -> None:
+        try:
+            self.index.mark_skipped(await self.host.skipped_ranges(self.journal))
+        except Exception as e:  # noqa: BLE001  # the next hole asks again
+            log.warning("journal %s: skipped ranges not read: %s", self.journal, e)
 
     def head_recovery_ready(self, spool_end: int, index_end: int) -> bool:
         """Whether the primary may resume the journal at ``index_end`` > ``spool_end``.
@@ -309,6 +339,8 @@ class Replica:
         """
         now = self._clock()
         key = (spool_end, index_end)
+        if key == self._unknowable:
+            return False
         if not self.resume_head_gaps:
             if self._head_gap is None or self._head_gap[0] != key:
                 self._head_gap = (key, now)
@@ -348,6 +380,26 @@ class Replica:
         self._head_gap = None
         metrics.JOURNAL_HEAD_RECOVERIES.inc()
         return True
+
+    def head_gap_unknowable(self, spool_end: int, index_end: int) -> None:
+        """The journal has no acknowledgement fence: its head gap is refused until reset."""
+        key = (spool_end, index_end)
+        if self._unknowable == key:
+            return
+        self._unknowable = key
+        log.error(
+            "journal %s: its brokers hold content through %d, but its persisted fragments"
+            " end at %d, and it has no acknowledgement fence (it was served by brokers"
+            " that keep none, such as Gazette's) to tell how far appends were acknowledged"
+            " past them. Appends are refused (INDEX_HAS_GREATER_OFFSET) rather than hand"
+            " acknowledged offsets out again. Once every broker that served it before has"
+            " exited or stored what it held, resume it with"
+            " `gazctl journals reset-head -l name=%s`",
+            self.journal,
+            spool_end,
+            index_end,
+            self.journal,
+        )
 
     def head_gap_closed(self) -> None:
         """The primary found its spools at the index end: forget a pending head gap.

@@ -31,7 +31,16 @@ from gazette.broker import protocol as pb
 from gazette.broker.fragment import persister, spool, stores
 from gazette.broker.protocol import auth, dial
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
-from gazette.broker.server import append_fsm, errors, flow_control, pipeline, replica, resolver
+from gazette.broker.server import (
+    append_fsm,
+    errors,
+    flow_control,
+    metrics,
+    pipeline,
+    replica,
+    resolver,
+)
+from gazette.broker.server import fences as fences_
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +136,11 @@ class Service:
         clock: Callable[[], float] = time.time,
         lease_valid: Callable[[], bool] = lambda: True,
         authorization: auth.ServerAuth | None = None,
+        fences: fences_.Fences | None = None,
     ) -> None:
         self.etcd = etcd
+        #: Acknowledgement fences in etcd (see gazette.broker.server.fences).
+        self.fences = fences or fences_.Fences(etcd, observed.ks.root, config.spool.directory)
         #: Verifies the tokens of RPCs, and signs those of our calls to peers
         #: (``--broker.auth-keys``; without keys, everything is allowed). Consulted
         #: per call: a :class:`~auth.SwappableAuth` rotates keys under a serving broker.
@@ -271,6 +283,52 @@ class Service:
             self.peer_metadata(auth.Capability.REPLICATE, rep.journal),
         )
         return rep.pipeline
+
+    def new_fence(self, journal: str) -> fences_.JournalFence:
+        local = self.local_id()
+        return fences_.JournalFence(self.fences, journal, f"{local.zone}/{local.suffix}")
+
+    async def head_resumes_at(self, journal: str, index_end: int) -> int | None:
+        """Where a journal whose spools trail its persisted end ``index_end`` may go on.
+
+        Past its persisted fragments and its acknowledgement fence (see
+        gazette.broker.server.fences): None if it has no fence, as nothing then
+        tells how far appends were acknowledged.
+        """
+        try:
+            fence = await self.fences.read(journal)
+        except fences_.FenceDenied:
+            return None  # Logged: nothing tells how far appends were acknowledged.
+        if fence is None:
+            return None
+        if fence.offset > index_end:
+            log.error(
+                "journal %s: its persisted fragments end at %d, but appends may have been"
+                " acknowledged up to %d (its acknowledgement fence, owned by %s): every"
+                " broker that held [%d, %d) is gone. The journal goes on at %d; what was"
+                " acknowledged in between is lost, and no offset of it is handed out again",
+                journal,
+                index_end,
+                fence.offset,
+                fence.owner,
+                index_end,
+                fence.offset,
+                fence.offset,
+            )
+            metrics.JOURNAL_FENCE_SKIPPED_BYTES.inc(fence.offset - index_end)
+            # Readers must jump the range, everywhere: it is never stored.
+            fence = await self.fences.skip(journal, index_end, fence.offset)
+            rep = self.replicas.get(journal)
+            if rep is not None:
+                rep.index.mark_skipped(fence.skipped)
+        return max(index_end, fence.offset)
+
+    async def skipped_ranges(self, journal: str) -> tuple[tuple[int, int], ...]:
+        try:
+            fence = await self.fences.read(journal)
+        except fences_.FenceDenied:
+            return ()
+        return fence.skipped if fence is not None else ()
 
     async def update_assignments(self, resolution: resolver.Resolution) -> int:
         assert isinstance(resolution, resolver.Resolution)

@@ -229,8 +229,13 @@ def _run_blocking(make: Callable[[], Awaitable[_T]]) -> _T:
         return pool.submit(asyncio.run, run()).result()
 
 
+# Trees kept beside a cluster's root, named ``<tree><root>/...``: the brokers'
+# acknowledgement fences (gazette.broker.server.fences). Wiped with the root.
+BESIDE_ROOTS = ("/gazette-fences",)
+
+
 def wipe_prefix(endpoint: str | ks_options.EtcdConfig, prefix: str) -> None:
-    """Delete every etcd key under ``prefix``, blocking until done.
+    """Delete every etcd key under ``prefix`` (and beside it), blocking until done.
 
     ``endpoint`` is an address or the config of a secured server
     (:meth:`EtcdServer.config`). Runs its own event loop in a worker thread, so
@@ -244,6 +249,9 @@ def wipe_prefix(endpoint: str | ks_options.EtcdConfig, prefix: str) -> None:
         client = await keyspace.connect(endpoint, call_timeout=10)
         try:
             await client.delete_prefix(prefix.encode())
+            if prefix.startswith("/"):
+                for tree in BESIDE_ROOTS:
+                    await client.delete_prefix((tree + prefix).encode())
         finally:
             await client.close()
 

@@ -220,7 +220,7 @@ class ShardAPI(pc_grpc.ShardServicer):
             # Gazette puts the hints in the same transaction; ours follow the specs' one.
             await etcd_txn.commit(self.etcd, [], hint_puts)
         resp = pc.ApplyResponse()
-        if result.succeeded:
+        if result.changed:
             with contextlib.suppress(TimeoutError):
                 await ks.wait_for_revision(result.revision, timeout=10.0)
             resp.status = pc.Status.OK
