@@ -18,6 +18,8 @@ why, when namespaces can't be made.
   namespaces on a bridge whose links can be cut (black-holed) and healed.
 * :mod:`chaos.netcluster` — :class:`~chaos.netcluster.NetCluster`, etcd and
   brokers each in a namespace of that network (the partition scenarios).
+* :mod:`chaos.streamsum` — the stream-sum example as consumer processes of a
+  :class:`~chaos.netcluster.NetCluster`, and how to tell its shards' progress.
 * :mod:`chaos.scenarios` — the faults, and :class:`~chaos.scenarios.Params`.
 * :mod:`chaos.report` — :class:`~chaos.report.Report` and the summary table.
 
@@ -31,7 +33,17 @@ another source tree, e.g. ``git archive <old commit> broker/src`` unpacked in
     print(report.describe())
 """
 
-from chaos import checker, clusters, netcluster, netns, records, report, scenarios, workload
+from chaos import (
+    checker,
+    clusters,
+    netcluster,
+    netns,
+    records,
+    report,
+    scenarios,
+    streamsum,
+    workload,
+)
 
 __all__ = [
     "checker",
@@ -41,5 +53,6 @@ __all__ = [
     "records",
     "report",
     "scenarios",
+    "streamsum",
     "workload",
 ]

@@ -11,6 +11,9 @@
    acknowledged offsets, as the bytes that were sent; the journal must hold
    only whole records; abandoned appends must be invisible. Records seen more
    than once are counted as duplicates (an unacknowledged retry that did land).
+   Two acknowledgements whose spans overlap (:func:`acked_twice`) mean an
+   offset was handed out twice: whatever a reader finds there, one of the two
+   writers was told something false, and readers may have seen either.
 4. :func:`check_store` — straight from the ``file://`` store's directory: every
    fragment file of a journal is decoded (per the codec its name carries) and
    must hold ``end - begin`` bytes of its SHA-1; wherever two fragments overlap
@@ -42,6 +45,7 @@ __all__ = [
     "ReadBack",
     "StoreCheck",
     "Verdict",
+    "acked_twice",
     "cancelled_by_server",
     "check_store",
     "fragment_end",
@@ -56,6 +60,8 @@ class Hole:
     journal: str
     offset: int
     reason: str
+    #: Where the read went on after jumping (None: it stalled at ``offset`` and ended).
+    end: int | None = None
 
     def __str__(self) -> str:
         return f"{self.journal}@{self.offset}: {self.reason}"
@@ -181,7 +187,12 @@ async def read_back(
                 elif resp.status == pb.OK:
                     if resp.offset > offset:
                         out.holes.append(
-                            Hole(journal, offset, f"offset jump to {resp.offset} (no fragment)")
+                            Hole(
+                                journal,
+                                offset,
+                                f"offset jump to {resp.offset} (no fragment)",
+                                end=resp.offset,
+                            )
                         )
                         cut()
                         offset = resp.offset
@@ -211,6 +222,8 @@ class StoreCheck:
     conflicts: list[str] = dataclasses.field(default_factory=list)
     #: Files under a journal's directory that are not fragments (not judged).
     strays: list[str] = dataclasses.field(default_factory=list)
+    #: Per journal, the ``[begin, end)`` of every well-formed stored fragment.
+    spans: dict[str, list[tuple[int, int]]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -264,6 +277,7 @@ def check_store(root: pathlib.Path, journals: Sequence[str]) -> StoreCheck:
             continue
         frags = sorted(_load_fragments(directory, journal, out), key=lambda f: (f.begin, f.end))
         out.fragments += len(frags)
+        out.spans[journal] = [(f.begin, f.end) for f in frags]
         for i, a in enumerate(frags):
             for b in frags[i + 1 :]:
                 if b.begin >= a.end:
@@ -294,6 +308,8 @@ class Verdict:
     bytes_verified: int = 0
     #: Acked appends not found, whole and correct, at their acknowledged offsets.
     lost: list[str] = dataclasses.field(default_factory=list)
+    #: The same, as the acks themselves (say when each was acknowledged).
+    lost_acks: list[Ack] = dataclasses.field(default_factory=list)
     #: Extra copies of records (each record seen n > 1 times adds n - 1).
     duplicated: int = 0
     #: Bytes of the journal that are not whole, correct records.
@@ -305,11 +321,59 @@ class Verdict:
     bytes_read: int = 0
     #: The stored fragments, when they were checked (:func:`check_store`).
     store: StoreCheck | None = None
+    #: Acknowledgements overlapping an earlier one (:func:`acked_twice`).
+    twice: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def conflicts(self) -> list[str]:
         """Stored fragments disagreeing at an offset, or not what their names say."""
         return self.store.conflicts if self.store is not None else []
+
+    @property
+    def unstored_holes(self) -> list[Hole]:
+        """Holes a reader jumped over where the store holds no fragment at all.
+
+        After every broker lost its disk, the journal's unpersisted tail is
+        gone, and a broker resuming it past its fence leaves such a jump: it
+        spans only offsets that lived on the lost disks (acknowledged appends
+        that are lost with them, and offsets never acknowledged). A stall, or
+        a jump over offsets some stored fragment holds, is never of that kind.
+        Empty when the store was not checked.
+        """
+        if self.store is None:
+            return []
+        return [
+            h
+            for h in self.holes
+            if h.end is not None
+            and not any(b < h.end and h.offset < e for b, e in self.store.spans.get(h.journal, ()))
+        ]
+
+
+def acked_twice(acks: Sequence[Ack]) -> list[str]:
+    """Each acknowledgement whose ``[begin, end)`` overlaps an earlier-starting one's.
+
+    The broker handed those offsets out twice (e.g. it resumed a journal below
+    offsets it had already acknowledged): one of the two writers was told its
+    bytes are there when they are not, however the journal reads now.
+    """
+    out = []
+    by_journal: dict[str, list[Ack]] = collections.defaultdict(list)
+    for a in acks:
+        if a.end > a.begin:
+            by_journal[a.journal].append(a)
+    for journal, spans in by_journal.items():
+        spans.sort(key=lambda a: (a.begin, a.end))
+        reach: Ack | None = None  # the earlier ack reaching furthest
+        for a in spans:
+            if reach is not None and a.begin < reach.end:
+                out.append(
+                    f"{journal}@[{a.begin},{a.end}) {a.ids[0]} overlaps "
+                    f"[{reach.begin},{reach.end}) {reach.ids[0]}"
+                )
+            if reach is None or a.end > reach.end:
+                reach = a
+    return out
 
 
 def verify(
@@ -319,6 +383,7 @@ def verify(
     store: StoreCheck | None = None,
 ) -> Verdict:
     v = Verdict(acked=len(acks), acked_bytes=sum(a.end - a.begin for a in acks), store=store)
+    v.twice = acked_twice(acks)
     by_journal = {r.journal: r for r in reads}
     seen: collections.Counter[tuple[str, RecordId]] = collections.Counter()
     for r in reads:
@@ -344,4 +409,5 @@ def verify(
             continue
         what = "not read (beyond the head or in a hole)" if got is None else "different bytes"
         v.lost.append(f"{a.journal}@[{a.begin},{a.end}) {a.ids[0]}+{len(a.ids) - 1}: {what}")
+        v.lost_acks.append(a)
     return v

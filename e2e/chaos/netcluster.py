@@ -15,6 +15,12 @@ Everything else is :class:`~chaos.clusters.ProcessCluster`'s: the exit monitor,
 restarts (in the same namespace), :meth:`~NetCluster.close` — which also
 deletes the network, after the processes are gone.
 
+With ``consumers=N`` the network has N more nodes, ``consumer-<i:02d>``, for
+consumer processes (:class:`NetConsumerCluster`, started by
+:meth:`NetCluster.start_consumers`): each runs in its namespace on
+:data:`CONSUMER_PORT`, dials one broker, and is watched by the same exit
+monitor as the brokers.
+
 With ``go=True`` (the suite's ``CHAOS_GO=1``) the brokers are Gazette's own Go
 broker (``gazette serve``, gRPC and HTTP on one port), built once by
 ``broker/tests/interop/go/build.sh`` into the tool cache: the same faults then
@@ -35,26 +41,31 @@ Usage::
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import pathlib
 import shutil
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 
 from chaos import netns
-from chaos.clusters import REPO, HarnessError, ProcessCluster
+from chaos.clusters import REPO, Exit, HarnessError, ProcessCluster
 from gazette.broker import testing
+from gazette.consumer import testing as consumer_testing
 from gazette.keyspace import testing as ks_testing
 
 __all__ = [
     "BROKER_PORT",
+    "CONSUMER_PORT",
     "ETCD",
     "GoUnavailable",
     "NetBrokerCluster",
     "NetBrokerProcess",
     "NetCluster",
+    "NetConsumerCluster",
     "NetEtcd",
     "NetGoBrokerProcess",
     "go_gazette",
@@ -64,6 +75,8 @@ __all__ = [
 ETCD = "etcd"
 #: Every broker's gRPC port in its own namespace (HTTP is the next one).
 BROKER_PORT = 8080
+#: Every consumer process's gRPC port in its own namespace (HTTP is the next one).
+CONSUMER_PORT = 9090
 #: Builds (once) and names the directory of Gazette's Go binaries.
 _GO_BUILD = REPO / "broker/tests/interop/go/build.sh"
 
@@ -222,6 +235,36 @@ class NetBrokerCluster(testing.BrokerCluster):
         self.brokers = list(moved)
 
 
+class NetConsumerCluster(consumer_testing.ConsumerCluster):
+    """A :class:`~gazette.consumer.testing.ConsumerCluster` whose processes run in ``net``'s
+    namespaces: process ``i`` is the node named ``consumer-<i:02d>`` (its suffix)."""
+
+    def __init__(self, net: netns.Netns, app: str, **kwargs: object) -> None:
+        super().__init__(app, **kwargs)  # type: ignore[arg-type]
+        moved: list[testing.BrokerProcess] = []
+        for p in self.processes:
+            host = net.address(p.suffix)
+            args = _with_flag(p.args, "--consumer.host", host)
+            args = _with_flag(args, "--consumer.port", str(CONSUMER_PORT))
+            args = _with_flag(args, "--consumer.http-port", str(CONSUMER_PORT + 1))
+            moved.append(
+                NetBrokerProcess(
+                    p.zone,
+                    p.suffix,
+                    CONSUMER_PORT,
+                    CONSUMER_PORT + 1,
+                    p.spool_dir,
+                    p.log_path,
+                    args,
+                    p.env,
+                    module=p.module,
+                    host=host,
+                    prefix=net.exec_argv(p.suffix),
+                )
+            )
+        self.processes = moved
+
+
 class NetCluster(ProcessCluster):
     """etcd + ``brokers`` brokers, one namespace each; see the module docstring.
 
@@ -239,6 +282,7 @@ class NetCluster(ProcessCluster):
         extra_args: Sequence[str] = (),
         how: str = netns.BLACKHOLE,
         go: bool = False,
+        consumers: int = 0,
     ) -> None:
         super().__init__(
             work_dir, lease_s=lease_s, brokers=brokers, zones=zones, extra_args=extra_args
@@ -246,15 +290,22 @@ class NetCluster(ProcessCluster):
         self.go = go
         self.net = netns.Netns(how=how)
         self.addresses: dict[str, str] = {}
+        self._consumers = consumers
+        self.consumers: NetConsumerCluster | None = None
 
     @property
     def broker_names(self) -> list[str]:
         """The network's node names of the brokers, by index."""
         return [f"broker-{i:02d}" for i in range(self._brokers)]
 
+    @property
+    def consumer_names(self) -> list[str]:
+        """The network's node names of the consumer processes, by index."""
+        return [f"consumer-{i:02d}" for i in range(self._consumers)]
+
     def prepare(self) -> testing.BrokerCluster:
         go_binary = go_gazette() if self.go else None
-        self.addresses = self.net.create([ETCD, *self.broker_names])
+        self.addresses = self.net.create([ETCD, *self.broker_names, *self.consumer_names])
         self.etcd = NetEtcd(
             self.net.exec_argv(ETCD), self.addresses[ETCD], work_dir=self.work_dir / "etcd"
         )
@@ -278,8 +329,64 @@ class NetCluster(ProcessCluster):
         """Broker ``i``'s node name in :attr:`net`."""
         return self.broker_names[i]
 
+    def start_consumers(
+        self,
+        app: str,
+        *,
+        etcd_prefix: str,
+        lease_s: float,
+        app_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        timeout: float = 60.0,
+    ) -> NetConsumerCluster:
+        """Start a process of ``app`` on every consumer node; process ``i`` dials broker
+        ``i`` (modulo their number). Each is ready when this returns."""
+        if self._consumers == 0:
+            raise HarnessError("this NetCluster was made without consumer nodes")
+        brokers = self.brokers.brokers
+        consumers = NetConsumerCluster(
+            self.net,
+            app,
+            etcd_endpoint=self.etcd.endpoint,
+            etcd_prefix=etcd_prefix,
+            broker_address=brokers[0].endpoint,
+            work_dir=self.work_dir / "consumers",
+            processes=self._consumers,
+            zones=self._zones,
+            lease=f"{lease_s:g}s",
+            app_args=list(app_args),
+            env=env,
+        )
+        for i, p in enumerate(consumers.processes):
+            p.args = _with_flag(p.args, "--broker.address", brokers[i % len(brokers)].endpoint)
+        self.consumers = consumers
+        consumers.start(timeout)
+        return consumers
+
+    async def monitor(self, stop: asyncio.Event, poll_s: float = 0.25) -> None:
+        """The brokers' exit monitor, and the same for the consumer processes."""
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(super().monitor(stop, poll_s), name="broker-exits")
+            tg.create_task(self._watch_consumers(stop, poll_s), name="consumer-exits")
+
+    async def _watch_consumers(self, stop: asyncio.Event, poll_s: float) -> None:
+        while not stop.is_set():
+            consumers = self.consumers
+            processes = consumers.processes if consumers is not None else []
+            for i, p in enumerate(processes):
+                if consumers is None or not p.exited_on_its_own:
+                    continue
+                self.exits.append(Exit(p.suffix, p.returncode, time.monotonic(), p.log_tail(15)))
+                try:
+                    await asyncio.to_thread(consumers.restart, i)
+                except (RuntimeError, TimeoutError) as e:
+                    self.exits.append(Exit(p.suffix, p.returncode, time.monotonic(), str(e)))
+            await asyncio.sleep(poll_s)
+
     def close(self) -> None:
         try:
+            if self.consumers is not None:
+                self.consumers.kill_all()
             super().close()
         finally:
             self.net.close()

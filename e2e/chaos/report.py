@@ -9,7 +9,25 @@ from collections.abc import Sequence
 from chaos.checker import Verdict
 from chaos.clusters import Exit
 
-__all__ = ["Report", "table"]
+__all__ = ["DiskLoss", "Report", "table"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DiskLoss:
+    """Every broker lost its disk ``at`` (the workload's clock), when the store held
+    ``stored``: per journal, the ``[begin, end)`` of its fragments."""
+
+    at: float
+    stored: dict[str, list[tuple[int, int]]]
+
+    def holds(self, journal: str, begin: int, end: int) -> bool:
+        """Whether stored fragments covered all of ``[begin, end)`` of ``journal``."""
+        for b, e in sorted(self.stored.get(journal, ())):
+            if b <= begin < e:
+                begin = e
+            if begin >= end:
+                return True
+        return begin >= end
 
 
 @dataclasses.dataclass
@@ -30,10 +48,32 @@ class Report:
     bad_acks: list[str] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
+    #: Each time every broker lost its disk: appends acknowledged before it and
+    #: not yet stored may be lost with the disks, no other.
+    disk_losses: list[DiskLoss] = dataclasses.field(default_factory=list)
+    #: What a consumer scenario found wrong (None: the scenario ran no consumers).
+    consumer_failures: list[str] | None = None
 
     @property
     def max_gap(self) -> float:
         return max((g for _, g in self.gaps), default=0.0)
+
+    @property
+    def lost_beyond_tail(self) -> list[str]:
+        """Lost appends that were no unpersisted tail of a disk loss (none may be).
+
+        An append may be lost with the disks only if the first loss after its
+        acknowledgement found it not yet wholly in stored fragments; one
+        acknowledged after the last loss, or stored before the next, must read.
+        """
+        if not self.disk_losses:
+            return []
+        out = []
+        for a in self.verdict.lost_acks:
+            loss = next((d for d in self.disk_losses if d.at >= a.at), None)
+            if loss is None or loss.holds(a.journal, a.begin, a.end):
+                out.append(f"{a.journal}@[{a.begin},{a.end}) {a.ids[0]}")
+        return out
 
     def describe(self) -> str:
         """Every figure, and the first few of each kind of failure: the assertion message."""
@@ -41,13 +81,21 @@ class Report:
         lines = [
             f"scenario {self.scenario}: {self.faults} faults in {self.seconds:.0f}s; "
             f"{v.acked} acked appends ({v.acked_bytes} bytes), {v.bytes_verified} bytes "
-            f"verified of {v.bytes_read} read; LOST {len(v.lost)}; duplicated {v.duplicated}; "
-            f"holes {len(v.holes)}; garbage bytes {v.garbage_bytes}; aborted visible "
-            f"{len(v.aborted_visible)}; brokers exited on their own {len(self.exits)}; "
+            f"verified of {v.bytes_read} read; LOST {len(v.lost)}; ACKED TWICE {len(v.twice)}; "
+            f"duplicated {v.duplicated}; holes {len(v.holes)}; garbage bytes "
+            f"{v.garbage_bytes}; aborted visible {len(v.aborted_visible)}; "
+            f"processes exited on their own {len(self.exits)}; "
             f"forced/unclean stops {len(self.forced)}; unwritable {len(self.unwritable)}; "
             f"hung appends {self.hung} of {self.attempts} attempts; "
             f"max write unavailability {self.max_gap:.1f}s",
         ]
+        if self.disk_losses:
+            beyond = len(self.lost_beyond_tail)
+            lines.append(
+                f"  disks lost {len(self.disk_losses)} times: {len(v.lost) - beyond} appends lost "
+                f"with their unpersisted tails, {beyond} lost beyond them; "
+                f"{len(v.unstored_holes)} of the holes over offsets never stored"
+            )
         if v.store is not None:
             lines.append(
                 f"  stored fragments: {v.store.fragments} checked, {v.store.overlaps} overlapping "
@@ -61,6 +109,8 @@ class Report:
         ]
         for title, items in (
             ("lost", v.lost),
+            ("acked twice", v.twice),
+            ("lost beyond an unpersisted tail", self.lost_beyond_tail),
             ("holes", [str(h) for h in v.holes]),
             ("garbage", v.garbage),
             ("aborted visible", v.aborted_visible),
@@ -68,6 +118,7 @@ class Report:
             ("exited on their own", [str(e) for e in self.exits]),
             ("forced", self.forced),
             ("unwritable", self.unwritable),
+            ("consumer", self.consumer_failures or []),
             ("bad acks", self.bad_acks),
             ("notes", self.notes),
         ):
@@ -82,6 +133,7 @@ _COLUMNS = (
     ("acked", 7),
     ("bytes verified", 14),
     ("lost", 5),
+    ("twice", 5),
     ("dup", 5),
     ("holes", 5),
     ("conflicts", 9),
@@ -89,6 +141,7 @@ _COLUMNS = (
     ("forced", 6),
     ("unwritable", 10),
     ("hung", 5),
+    ("consumer", 8),
     ("max unavail s", 13),
 )
 
@@ -107,6 +160,7 @@ def table(reports: Sequence[Report]) -> str:
             v.acked,
             v.bytes_verified,
             len(v.lost),
+            len(v.twice),
             v.duplicated,
             len(v.holes),
             len(v.conflicts) if v.store is not None else "-",
@@ -114,6 +168,7 @@ def table(reports: Sequence[Report]) -> str:
             len(r.forced),
             len(r.unwritable),
             r.hung,
+            "-" if r.consumer_failures is None else len(r.consumer_failures),
             f"{r.max_gap:.1f}",
         )
         rows.append(

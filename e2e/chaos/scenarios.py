@@ -14,6 +14,9 @@ heal (every journal must take an append again), read every journal back and
 ``spool-full`` one broker's spool dir on an 8 MiB tmpfs, filled to the brim
 ``aborts``     appends abandoned half-way (cancelled, or closed without commit)
 ``sigterm``    SIGTERM every broker (each must exit 0 in time), start them again
+``kill-all``   SIGKILL every broker at once, restart them on their spool dirs (and
+               reset the heads, as an operator would); ``-fresh-disks``: on empty
+               spool dirs, nobody resetting anything (the lost tail is reported)
 ``make-down``  ``make down`` then ``make up`` of the devcluster
 ``partition``  in network namespaces (:mod:`chaos.netns`): the primary of a journal
                cut from everyone (RF2 on 3 brokers; RF3 on 4), from etcd only,
@@ -21,6 +24,9 @@ heal (every journal must take an append again), read every journal back and
                it before the cut commits after healing (``_Straddle``). Staged:
                the primary's links to its peers go first, the append commits,
                then the rest
+``shard``      stream-sum consumers in namespaces too: the process holding a shard's
+               primary cut from everyone, then healed (exactly-once sums, the shard
+               caught up within lease + 10 s of healing)
 =============  ==================================================================
 
 Process-cluster scenarios also check the ``file://`` store itself
@@ -48,11 +54,11 @@ import shutil
 import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 
-from chaos import netns
+from chaos import netns, streamsum
 from chaos.checker import (
     cancelled_by_server,
     check_store,
@@ -64,10 +70,11 @@ from chaos.checker import (
 from chaos.clusters import DevCluster, Exit, HarnessError, ProcessCluster
 from chaos.netcluster import ETCD, NetCluster
 from chaos.records import RecordId, record
-from chaos.report import Report
+from chaos.report import DiskLoss, Report
 from chaos.workload import Ack, Channels, Endpoints, Workload, WorkloadConfig
+from gazette import keyspace
+from gazette.broker import client, testing
 from gazette.broker import protocol as pb
-from gazette.broker import testing
 
 __all__ = [
     "HarnessError",
@@ -76,10 +83,12 @@ __all__ = [
     "aborts",
     "etcd_outage",
     "kill_all",
+    "kill_all_fresh_disks",
     "make_down_up",
     "partition_etcd_only",
     "partition_peers_only",
     "partition_primary",
+    "partition_shard_primary",
     "sigkill",
     "sigstop",
     "sigterm_all",
@@ -221,6 +230,10 @@ class Run:
     unwritable: list[str] = dataclasses.field(default_factory=list)
     forced: list[str] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+    #: Each time every broker lost its disk (see :class:`Report`).
+    disk_losses: list[DiskLoss] = dataclasses.field(default_factory=list)
+    #: What a consumer scenario found wrong (None: no consumers in this scenario).
+    consumer_failures: list[str] | None = None
 
     def fault(self, label: str) -> None:
         """Mark a fault (its write unavailability is measured from here) and say so."""
@@ -333,6 +346,8 @@ async def _drive(
         bad_acks=workload.bad_acks,
         notes=run.notes,
         seconds=time.monotonic() - started,
+        disk_losses=run.disk_losses,
+        consumer_failures=run.consumer_failures,
     )
 
 
@@ -634,34 +649,12 @@ async def kill_all(params: Params, work_dir: pathlib.Path) -> Report:
     """SIGKILL every broker at once under load; start them again on their spool dirs.
 
     Each stores what it finds in its spool dir (the confirmed part) before it
-    announces itself, so nothing acknowledged is lost. Its journals then refuse
-    appends (INDEX_HAS_GREATER_OFFSET: the brokers can't know that no other
-    holder of their tail is still out there) until an operator resets their
-    heads, as Gazette's do; the scenario does that once every broker is back,
-    as ``gazctl journals reset-head`` would, and the check then proves no
-    offset was handed out twice (a second ack at an offset with other bytes is
-    a lost append).
+    announces itself, so nothing acknowledged is lost, and the one that owned
+    a journal's acknowledgement fence lowers it to what it recovered. The
+    journals then resume by themselves (a lease + 2 s after their brokers saw
+    the gap), where what was acknowledged ends: no reset of their heads, no
+    offset handed out twice and no offsets skipped (a reader would see a hole).
     """
-
-    async def reset_heads(run: Run) -> list[str]:
-        done = []
-        for journal in params.journals:
-            deadline = time.monotonic() + params.heal_s
-            while True:
-                try:
-                    stub = run.channels.stub(run.endpoints()[0])
-                    _, meta = await testing.read(stub, journal, -1, deadline=5)
-                    head = max((m.write_head for m in meta), default=0)
-                    resp = await testing.append(stub, journal, [], offset=head, deadline=5)
-                    if resp.status == pb.OK:
-                        done.append(f"{journal} at {head}")
-                        break
-                except (grpc.aio.AioRpcError, asyncio.CancelledError):
-                    pass
-                if time.monotonic() > deadline:
-                    raise HarnessError(f"could not reset the head of {journal}")
-                await asyncio.sleep(0.5)
-        return done
 
     async def inject(run: Run, cluster: ProcessCluster) -> None:
         for k in range(1, params.term_rounds + 1):
@@ -669,12 +662,71 @@ async def kill_all(params: Params, work_dir: pathlib.Path) -> Report:
                 b.kill()
             run.fault(f"kill-all{k}")
             await asyncio.to_thread(cluster.brokers.start)
-            reset = await reset_heads(run)
-            run.notes.append(f"round {k}: reset-head of " + ", ".join(reset))
             await run.expect_writable(f"restarting every broker ({k})", params.heal_s)
             await asyncio.sleep(params.spacing_s)
 
     return await _on_process_cluster("kill-all", params, work_dir, inject)
+
+
+# --- SIGKILL of every broker at once, restarted on empty disks ----------------------------------
+
+
+def _stored_spans(root: pathlib.Path, journal: str) -> list[tuple[int, int]]:
+    """The ``[begin, end)`` of every fragment file of ``journal`` in the ``file://`` store."""
+    directory = root / journal
+    spans = []
+    for path in directory.rglob("*") if directory.is_dir() else ():
+        with contextlib.suppress(pb.ValidationError):
+            spec = pb.parse_fragment_path(path.relative_to(directory).as_posix(), journal=journal)
+            spans.append((spec.begin, spec.end))
+    return sorted(spans)
+
+
+async def kill_all_fresh_disks(params: Params, work_dir: pathlib.Path) -> Report:
+    """SIGKILL every broker at once under load; start them again on *empty* spool dirs.
+
+    As if every node were replaced: what the brokers had not yet persisted to
+    the store is gone, so appends acknowledged before are lost with it (reported,
+    not judged) and readers jump over it (holes over offsets no stored fragment
+    holds, see :attr:`~chaos.checker.Verdict.unstored_holes`); any other append
+    (stored by then, or acknowledged after the restart) must read back
+    (:attr:`~chaos.report.Report.lost_beyond_tail`). No operator steps
+    in (unlike :func:`kill_all`'s reset of the heads): the brokers must resume
+    each journal on their own within ``heal_s``, past every offset that may have
+    been acknowledged, so no offset is ever acknowledged twice.
+    """
+
+    async def inject(run: Run, cluster: ProcessCluster) -> None:
+        root = cluster.brokers.file_root
+        for k in range(1, params.term_rounds + 1):
+            for b in cluster.brokers.brokers:
+                b.kill()
+            run.fault(f"kill-all-fresh{k}")
+            # Nothing runs now: what the store holds is all that survives.
+            stored_spans: dict[str, list[tuple[int, int]]] = {}
+            at_risk = []
+            for journal in params.journals:
+                spans = await asyncio.to_thread(_stored_spans, root, journal)
+                stored_spans[journal] = spans
+                acked = max((a.end for a in run.workload.acks if a.journal == journal), default=0)
+                stored = max((e for _, e in spans), default=0)
+                at_risk.append(f"{journal} acked to {acked}, stored to {stored}")
+            wiped = 0
+            for b in cluster.brokers.brokers:
+                wiped += sum(f.stat().st_size for f in b.spool_dir.rglob("*") if f.is_file())
+                await asyncio.to_thread(shutil.rmtree, b.spool_dir)
+                b.spool_dir.mkdir(parents=True)
+            run.notes.append(f"round {k}: {wiped >> 10} KiB of spools wiped; " + ", ".join(at_risk))
+            # Stamped once the old brokers are long gone, before new ones start: an
+            # ack taken until now was sent by a broker that died with its disk.
+            run.disk_losses.append(DiskLoss(run.workload.clock(), stored_spans))
+            await asyncio.to_thread(cluster.brokers.start)
+            await run.expect_writable(
+                f"restarting every broker on empty disks ({k})", params.heal_s
+            )
+            await asyncio.sleep(params.spacing_s)
+
+    return await _on_process_cluster("kill-all-fresh-disks", params, work_dir, inject)
 
 
 # --- (i) make down / make up -------------------------------------------------------------------
@@ -727,10 +779,17 @@ async def _on_net_cluster(
     *,
     brokers: int,
     replication: int,
+    consumers: int = 0,
 ) -> Report:
-    """Run ``inject`` on a fresh etcd + ``brokers`` brokers, each in its own namespace."""
+    """Run ``inject`` on a fresh etcd + ``brokers`` brokers, each in its own namespace
+    (and ``consumers`` namespaces for consumer processes, which ``inject`` starts)."""
     cluster = NetCluster(
-        work_dir, lease_s=params.lease_s, brokers=brokers, how=params.cut_how, go=params.go
+        work_dir,
+        lease_s=params.lease_s,
+        brokers=brokers,
+        how=params.cut_how,
+        go=params.go,
+        consumers=consumers,
     )
     if params.go:
         scenario += "-go"
@@ -1000,6 +1059,155 @@ async def partition_peers_only(params: Params, work_dir: pathlib.Path) -> Report
     )
 
 
+# --- (k) a partition of a consumer shard's primary -------------------------------------------
+
+
+async def partition_shard_primary(params: Params, work_dir: pathlib.Path) -> Report:
+    """stream-sum (:mod:`chaos.streamsum`) on 3 consumer processes; per round, the process
+    holding a shard's primary is cut from every other node for ``partition_s``, then healed.
+
+    Meanwhile the chunker writes streams of chunks and the broker appenders go on
+    (brokers are not faulted). The shard must have caught up with every chunk
+    written before the heal within ``lease_s + 10`` s of it (a ``Stat`` read
+    barrier); at the end every stream's Sum must have arrived exactly once and be
+    right, and no shard may have FAILED. Consumer processes that exit on their
+    own count as exits, like brokers.
+    """
+    bound = params.lease_s + 10.0
+
+    async def rounds(
+        run: Run, cluster: NetCluster, jc: client.JournalClient, etcd: Any, failures: list[str]
+    ) -> None:
+        consumers = cluster.consumers
+        assert consumers is not None
+        endpoints = [p.endpoint for p in consumers.processes]
+        for k in range(1, params.partitions + 1):
+            shard = streamsum.shard_id((k - 1) % streamsum.PARTS)
+            journal = streamsum.chunk_journal((k - 1) % streamsum.PARTS)
+            victim = await _shard_primary(etcd, shard, params.heal_s)
+            # It must be consuming before the cut, or the round proves nothing.
+            head = (await client.append(jc, journal, b"")).commit.end
+            took, err = await streamsum.caught_up(endpoints, shard, journal, head, params.heal_s)
+            if took is None:
+                failures.append(
+                    f"round {k}: {shard} did not read through {journal}@{head} within "
+                    f"{params.heal_s:g}s, before any cut ({err})"
+                )
+                continue
+            others = [p.endpoint for p in consumers.processes if p.suffix != victim]
+            try:
+                cluster.net.isolate(victim)
+                run.fault(f"isolate{k}:{victim[-2:]}")
+                # While cut off: how soon a standby carries on past the chunks written
+                # so far (a figure, not judged: the bound is on the heal).
+                head = (await client.append(jc, journal, b"")).commit.end
+                cut_at = time.monotonic()
+                over, _ = await streamsum.caught_up(
+                    others, shard, journal, head, params.partition_s
+                )
+                run.notes.append(
+                    f"round {k}: isolated {victim} (primary of {shard}); "
+                    + (
+                        "no other process carried on while it was cut off"
+                        if over is None
+                        else f"another process read through {journal}@{head} {over:.1f}s on"
+                    )
+                )
+                await _sleep_until(cut_at + params.partition_s)
+            finally:
+                await asyncio.to_thread(cluster.net.heal_all)
+            run.fault(f"heal{k}")
+            head = (await client.append(jc, journal, b"")).commit.end
+            took, err = await streamsum.caught_up(endpoints, shard, journal, head, bound)
+            now = await streamsum.primary_of(etcd, shard)
+            run.notes.append(
+                f"round {k}: {shard} read through {journal}@{head} "
+                + ("never" if took is None else f"{took:.1f}s")
+                + f" after healing; its primary is now {now}"
+            )
+            if took is None:
+                failures.append(
+                    f"round {k}: {shard} did not read through {journal}@{head} within "
+                    f"{bound:g}s of healing ({err})"
+                )
+            await asyncio.sleep(params.spacing_s)
+
+    async def inject(run: Run, cluster: NetCluster) -> None:
+        failures: list[str] = []
+        run.consumer_failures = failures
+        etcd = await keyspace.connect(cluster.etcd.endpoint)
+        try:
+            config = client.ClientConfig(address=cluster.brokers[0].endpoint)
+            async with client.JournalClient(config) as jc:
+                await streamsum.setup(jc, etcd)
+                await asyncio.to_thread(
+                    cluster.start_consumers,
+                    streamsum.APP,
+                    etcd_prefix=streamsum.PREFIX,
+                    lease_s=params.lease_s,
+                    app_args=streamsum.APP_ARGS,
+                    env=streamsum.env(),
+                )
+                # Chunks flow through every round and the recovery after it.
+                pace, chunks = 0.02, 40
+                writing_s = params.partitions * (params.partition_s + bound + params.spacing_s) + 15
+                streams = max(10, int(writing_s / pace / (chunks + 1)))
+                async with asyncio.TaskGroup() as tg:
+                    chunker = tg.create_task(
+                        streamsum.stream_sum.run_chunker(
+                            jc,
+                            streams=streams,
+                            chunks_per_stream=chunks,
+                            concurrent=10,
+                            sum_timeout=params.heal_s,
+                            pace=pace,
+                            seed=1,
+                        ),
+                        name="chunker",
+                    )
+                    tg.create_task(rounds(run, cluster, jc, etcd, failures), name="rounds")
+            sums = chunker.result()
+            run.notes.insert(  # first: the description shows the first few notes
+                0,
+                f"stream-sum: {sums.streams} streams, {sums.chunks} chunks, {sums.sums} sums: "
+                f"{sums.correct} correct, {sums.mismatched} mismatched, {sums.duplicates} "
+                f"duplicated, {sums.missing} missing in {sums.seconds:.0f}s",
+            )
+            if not sums.ok or sums.correct != sums.streams:
+                failures.append(
+                    f"stream-sum not exactly once: {sums.mismatched} mismatched, "
+                    f"{sums.duplicates} duplicated, {sums.missing} missing of {sums.streams}"
+                )
+            failed = await streamsum.failed_shards(etcd)
+            failures += [f"shard failed: {f}" for f in failed]
+            # The exit monitor polls: one that just went is caught here.
+            assert cluster.consumers is not None
+            for p in cluster.consumers.exited_on_their_own():
+                failures.append(f"{p.suffix} exited with {p.returncode}: {p.log_tail(3)!r}")
+        finally:
+            await etcd.close()
+
+    return await _on_net_cluster(
+        "partition-shard-primary",
+        params,
+        work_dir,
+        inject,
+        brokers=3,
+        replication=2,
+        consumers=3,
+    )
+
+
+async def _shard_primary(etcd: Any, shard: str, within: float) -> str:
+    """The suffix (= node name) of the consumer process serving ``shard``'s primary."""
+    deadline = time.monotonic() + within
+    while (primary := await streamsum.primary_of(etcd, shard)) is None:
+        if time.monotonic() > deadline:
+            raise HarnessError(f"{shard} has no primary {within:.0f}s on")
+        await asyncio.sleep(0.3)
+    return primary
+
+
 def scenario_names() -> Sequence[str]:
     return (
         "sigkill-spaced",
@@ -1010,10 +1218,13 @@ def scenario_names() -> Sequence[str]:
         "spool-full",
         "client-aborts",
         "sigterm-all",
+        "kill-all",
+        "kill-all-fresh-disks",
         "make-down-up",
         "partition-primary-rf2",
         "partition-primary-rf3",
         "partition-primary-rf3-staged",
         "partition-etcd-only",
         "partition-peers-only",
+        "partition-shard-primary",
     )
