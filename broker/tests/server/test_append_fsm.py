@@ -437,7 +437,8 @@ async def test_index_has_greater_offset_and_explicit_offsets() -> None:
     await step_expect(fsm, State.SEND_PIPELINE_SYNC)
     assert fsm.roll_to_offset == 1500
 
-    # No fence: nothing tells how far appends were acknowledged; refused, as Gazette does.
+    # The fence is unreadable (etcd denies it): nothing tells how far appends were
+    # acknowledged; refused, as Gazette does.
     deps = FakeDeps()
     deps.replica.index.summary_value = (0, 1000, 5)
     deps.replica.recovery_ready = True

@@ -205,6 +205,23 @@ async def test_a_dead_peer_fails_the_pipeline(peers: list[Peer], tmp_path: Any) 
     assert returned == [local] and local.spec.end == 4
 
 
+async def _commit_to_a_silent_peer(pln: pipeline.Pipeline, local: Any, peer: Peer) -> asyncio.Event:
+    """Make ``peer`` answer no proposal until the returned event is set; send a commit."""
+    silent = asyncio.Event()
+    original = peer.spool.apply
+
+    async def never(req: pb.ReplicateRequest, **_: Any) -> pb.ReplicateResponse:
+        await silent.wait()
+        return await original(req)
+
+    peer.spool.apply = never  # type: ignore[method-assign]
+    await pln.scatter(pb.ReplicateRequest(content=b"data", content_delta=0))
+    await pln.scatter(
+        pb.ReplicateRequest(proposal=local.next(), registers=pb.LabelSet(), acknowledge=True)
+    )
+    return silent
+
+
 async def test_a_peer_that_never_answers_fails_the_pipeline_in_bounded_time(
     peers: list[Peer], tmp_path: Any
 ) -> None:
@@ -215,18 +232,7 @@ async def test_a_peer_that_never_answers_fails_the_pipeline_in_bounded_time(
     await pln.gather_sync()
     assert pln.recv_err() is None
     # Peer-two's stream goes silent: it answers no proposal from now on.
-    silent = asyncio.Event()
-    original = peers[1].spool.apply
-
-    async def never(req: pb.ReplicateRequest, **_: Any) -> pb.ReplicateResponse:
-        await silent.wait()
-        return await original(req)
-
-    peers[1].spool.apply = never  # type: ignore[method-assign]
-    await pln.scatter(pb.ReplicateRequest(content=b"data", content_delta=0))
-    await pln.scatter(
-        pb.ReplicateRequest(proposal=local.next(), registers=pb.LabelSet(), acknowledge=True)
-    )
+    silent = await _commit_to_a_silent_peer(pln, local, peers[1])
     loop = asyncio.get_running_loop()
     started = loop.time()
     await pln.gather_ok()
@@ -247,18 +253,7 @@ async def test_a_peer_that_left_the_route_is_not_waited_on(
     pln, local, returned = await make_pipeline(peers, str(tmp_path), peer_timeout=60.0)
     await pln.scatter(sync_request(pln, pb.Fragment(journal=JOURNAL, compression_codec=pb.NONE)))
     await pln.gather_sync()
-    silent = asyncio.Event()
-    original = peers[1].spool.apply
-
-    async def never(req: pb.ReplicateRequest, **_: Any) -> pb.ReplicateResponse:
-        await silent.wait()
-        return await original(req)
-
-    peers[1].spool.apply = never  # type: ignore[method-assign]
-    await pln.scatter(pb.ReplicateRequest(content=b"data", content_delta=0))
-    await pln.scatter(
-        pb.ReplicateRequest(proposal=local.next(), registers=pb.LabelSet(), acknowledge=True)
-    )
+    silent = await _commit_to_a_silent_peer(pln, local, peers[1])
     loop = asyncio.get_running_loop()
     gathering = asyncio.create_task(pln.gather_ok())
     await asyncio.sleep(0.2)

@@ -501,8 +501,8 @@ _FLAGS: tuple[Flag, ...] = (
         "persisted fragments and past its acknowledgement fence in etcd (how far its "
         "primaries may have acknowledged appends; under /gazette-fences<etcd prefix>/): "
         "appends acknowledged but lost with their brokers' disks leave a gap, and no offset "
-        "is handed out twice. A journal without a fence (served by Go brokers only) refuses "
-        "appends. Off: every such journal refuses appends with INDEX_HAS_GREATER_OFFSET, as "
+        "is handed out twice (a journal with no fence goes on at its persisted end: in a "
+        "cluster mixing Gazette's brokers, which keep none, turn this off). Off: every such journal refuses appends with INDEX_HAS_GREATER_OFFSET, as "
         "Gazette's do, until `gazctl journals reset-head`",
     ),
     *ETCD_CONNECTION_FLAGS,

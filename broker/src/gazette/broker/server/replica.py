@@ -382,16 +382,15 @@ class Replica:
         return True
 
     def head_gap_unknowable(self, spool_end: int, index_end: int) -> None:
-        """The journal has no acknowledgement fence: its head gap is refused until reset."""
+        """Its acknowledgement fence can't be read: its head gap is refused until reset."""
         key = (spool_end, index_end)
         if self._unknowable == key:
             return
         self._unknowable = key
         log.error(
             "journal %s: its brokers hold content through %d, but its persisted fragments"
-            " end at %d, and it has no acknowledgement fence (it was served by brokers"
-            " that keep none, such as Gazette's) to tell how far appends were acknowledged"
-            " past them. Appends are refused (INDEX_HAS_GREATER_OFFSET) rather than hand"
+            " end at %d, and its acknowledgement fence, which tells how far appends were"
+            " acknowledged past them, can't be read (etcd denies it). Appends are refused (INDEX_HAS_GREATER_OFFSET) rather than hand"
             " acknowledged offsets out again. Once every broker that served it before has"
             " exited or stored what it held, resume it with"
             " `gazctl journals reset-head -l name=%s`",

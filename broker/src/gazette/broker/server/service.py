@@ -292,15 +292,27 @@ class Service:
         """Where a journal whose spools trail its persisted end ``index_end`` may go on.
 
         Past its persisted fragments and its acknowledgement fence (see
-        gazette.broker.server.fences): None if it has no fence, as nothing then
-        tells how far appends were acknowledged.
+        gazette.broker.server.fences). A journal without a fence had no
+        acknowledgement from brokers of ours under this etcd prefix (it is new
+        here, over a store that holds its past): it goes on at the persisted end.
+        None (refuse) if etcd denies us the fences: then nothing tells how far
+        appends were acknowledged.
         """
         try:
             fence = await self.fences.read(journal)
         except fences_.FenceDenied:
             return None  # Logged: nothing tells how far appends were acknowledged.
         if fence is None:
-            return None
+            log.warning(
+                "journal %s has no acknowledgement fence: no broker of ours acknowledged"
+                " an append to it under this etcd prefix, so it goes on at %d, where its"
+                " persisted fragments end (brokers that keep no fence, such as Gazette's,"
+                " may have acknowledged more: clusters mixing them should run ours with"
+                " --broker.resume-head-gaps=false)",
+                journal,
+                index_end,
+            )
+            return index_end
         if fence.offset > index_end:
             log.error(
                 "journal %s: its persisted fragments end at %d, but appends may have been"
