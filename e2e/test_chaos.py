@@ -43,9 +43,9 @@ def _verdict(
 
     ``disks_lost``: every broker lost its disk, so the unpersisted tail may be
     lost: appends not yet stored when the disks went are only reported when
-    lost, and jumps over offsets the store never held are excused; a reader
-    that stalls, or any other append lost, still fails. Offsets
-    acknowledged twice fail always.
+    lost; a reader that stalls, or any other append lost, still fails. In every
+    scenario, jumps over offsets the store never held are excused (see below),
+    and offsets acknowledged twice fail.
     """
     reports.append(report)
     description = report.describe()
@@ -59,10 +59,12 @@ def _verdict(
         broken.append(f"lost {beyond} appends that were no unpersisted tail of a disk loss")
     if v.twice:
         broken.append(f"{len(v.twice)} acknowledgements at offsets already acknowledged")
-    holes = v.holes
-    if disks_lost:
-        excused = v.unstored_holes
-        holes = [h for h in holes if h not in excused]
+    # A jump over offsets the store never held is a range the journal skipped (it
+    # resumed past its acknowledgement fence after losing every holder of its tail):
+    # no append acknowledged there may be lost (that fails above), the jump alone
+    # doesn't. A stall, or a jump over stored content, always fails.
+    skipped = v.unstored_holes
+    holes = [h for h in v.holes if h not in skipped]
     if holes:
         broken.append(f"{len(holes)} holes a reader from 0 stalls on or jumps over")
     if v.conflicts:

@@ -96,6 +96,11 @@ class Report:
                 f"with their unpersisted tails, {beyond} lost beyond them; "
                 f"{len(v.unstored_holes)} of the holes over offsets never stored"
             )
+        if v.unstored_holes and not self.disk_losses:
+            lines.append(
+                f"  {len(v.unstored_holes)} of the holes jump offsets no fragment was ever stored"
+                " at (the journal resumed past its acknowledgement fence)"
+            )
         if v.store is not None:
             lines.append(
                 f"  stored fragments: {v.store.fragments} checked, {v.store.overlaps} overlapping "
