@@ -72,8 +72,10 @@ class Index:
         self._listed = asyncio.Event()  # Replaced after each applied listing.
         self._first_refresh = asyncio.Event()
         self._closed = False
-        # Offset ranges no fragment will ever cover (see mark_skipped), sorted.
+        # Offset ranges no fragment will ever cover (see mark_skipped), sorted, and
+        # whether a store listing was applied since they were last extended.
         self._skipped: tuple[tuple[int, int], ...] = ()
+        self._skipped_listed = True
 
     # -- Queries ------------------------------------------------------------------------
 
@@ -106,7 +108,7 @@ class Index:
                             ind == 0 or s[ind].mod_time < self._clock() - OFFSET_JUMP_AGE_THRESHOLD
                         )
                     )
-                    or self._within_skipped(offset, s[ind].begin)
+                    or (self._skipped_listed and self._within_skipped(offset, s[ind].begin))
                 )
             ):
                 offset = s[ind].begin
@@ -189,6 +191,7 @@ class Index:
             if not remote.add(frag):
                 raise AssertionError(f"local fragment {frag!r} unexpectedly covered by listing")
         self._set = remote
+        self._skipped_listed = True
         self._wake()
         self._first_refresh.set()
         listed, self._listed = self._listed, asyncio.Event()
@@ -204,7 +207,10 @@ class Index:
         """
         skipped = tuple(sorted(set(self._skipped) | {(b, e) for b, e in ranges if b < e}))
         if skipped != self._skipped:
+            # Jumped only once a listing applied after this: a broker that stored
+            # what it recovered there late must not be jumped over.
             self._skipped = skipped
+            self._skipped_listed = False
             self._wake()
 
     def _within_skipped(self, begin: int, end: int) -> bool:

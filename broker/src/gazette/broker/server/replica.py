@@ -322,6 +322,7 @@ class Replica:
     async def _look_up_skipped(self) -> None:
         try:
             self.index.mark_skipped(await self.host.skipped_ranges(self.journal))
+            self.refresh_now()  # The jump waits for a listing made after this.
         except Exception as e:  # noqa: BLE001  # the next hole asks again
             log.warning("journal %s: skipped ranges not read: %s", self.journal, e)
 

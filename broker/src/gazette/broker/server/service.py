@@ -333,6 +333,7 @@ class Service:
             rep = self.replicas.get(journal)
             if rep is not None:
                 rep.index.mark_skipped(fence.skipped)
+                rep.refresh_now()
         return max(index_end, fence.offset)
 
     async def skipped_ranges(self, journal: str) -> tuple[tuple[int, int], ...]:
