@@ -151,7 +151,7 @@ class FakeReplica:
     def head_gap_closed(self) -> None:
         self.gap_closed += 1
 
-    def head_gap_unknowable(self, spool_end: int, index_end: int) -> None:
+    def refuse_head_gap(self, spool_end: int, index_end: int, why: str) -> None:
         self.unknowable.append((spool_end, index_end))
 
 

@@ -515,7 +515,12 @@ class AppendFSM(ContentPhase):
                     self.roll_to_offset = resume
                     self.state = State.SEND_PIPELINE_SYNC
                     return
-                replica.head_gap_unknowable(spool_end, index_max)
+                replica.refuse_head_gap(
+                    spool_end,
+                    index_max,
+                    "its acknowledgement fence, which tells how far appends were"
+                    " acknowledged past them, can't be read (etcd denies it)",
+                )
             res.status = Status.INDEX_HAS_GREATER_OFFSET
             self.state = State.ERROR
             return

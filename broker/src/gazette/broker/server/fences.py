@@ -43,14 +43,14 @@ import os
 import secrets
 import time
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import aetcd
 
 from gazette import allocator
 from gazette.allocator import txn
-from gazette.broker.server import errors
+from gazette.broker.server import errors, metrics
 
 log = logging.getLogger(__name__)
 
@@ -120,49 +120,115 @@ class Fences:
         """
         if note_owner and self.spool_dir is not None:
             await asyncio.to_thread(self._write_owner, journal, owner)
-        key = self.key(journal)
-        cur = await self.read(journal)
-        while True:
-            want = Fence(
+        fence, _ = await self._update(
+            journal,
+            lambda cur: Fence(
                 max(offset, cur.offset if cur else 0), owner, 0, cur.skipped if cur else ()
-            )
-            rev = cur.mod_revision if cur else 0
-            resp = await self._commit(
-                [txn.mod_revision_is(key, rev)], [txn.put(key, want.value())], [txn.get(key)]
-            )
-            if resp.succeeded:
-                return dataclasses.replace(want, mod_revision=int(resp.header.revision))
-            cur = _fence_of(resp.responses[0].response_range.kvs)
+            ),
+        )
+        assert fence is not None
+        return fence
 
     async def lower(self, journal: str, offset: int, owner: str) -> bool:
         """Lower the fence to ``offset`` if ``owner`` still owns it (see the module doc)."""
-        key = self.key(journal)
-        cur = await self.read(journal)
-        if cur is None or cur.owner != owner or cur.offset <= offset:
-            return False
-        resp = await self._commit(
-            [txn.mod_revision_is(key, cur.mod_revision)],
-            [txn.put(key, dataclasses.replace(cur, offset=offset).value())],
-        )
-        return bool(resp.succeeded)
+
+        def lowered(cur: Fence | None) -> Fence | None:
+            if cur is None or cur.owner != owner or cur.offset <= offset:
+                return None
+            return dataclasses.replace(cur, offset=offset)
+
+        _, wrote = await self._update(journal, lowered)
+        return wrote
 
     async def skip(self, journal: str, begin: int, end: int) -> Fence:
         """Record that the journal skipped ``[begin, end)`` for good; the fence."""
+
+        def skipping(cur: Fence | None) -> Fence | None:
+            base = cur or Fence(end, "")
+            skipped = tuple(sorted({*base.skipped, (begin, end)}))[-MAX_SKIPPED:]
+            if cur is not None and skipped == cur.skipped:
+                return None
+            return dataclasses.replace(base, skipped=skipped)
+
+        fence, _ = await self._update(journal, skipping)
+        assert fence is not None
+        return fence
+
+    async def resume_past(
+        self, journal: str, index_end: int
+    ) -> tuple[int, tuple[tuple[int, int], ...]] | None:
+        """Where a journal whose spools trail its persisted end ``index_end`` goes on,
+        and the ranges it skipped for good (readers jump them); None: refuse.
+
+        Past its persisted fragments and its fence, recording the range in
+        between as skipped. A journal without a fence had no acknowledgement
+        from brokers of ours under this etcd prefix (it is new here, over a
+        store that holds its past): it goes on at the persisted end. None if
+        etcd denies us the fences: then nothing tells how far appends were
+        acknowledged (logged by :meth:`_commit`).
+        """
+        try:
+            fence = await self.read(journal)
+            if fence is None:
+                log.warning(
+                    "journal %s has no acknowledgement fence: no broker of ours acknowledged"
+                    " an append to it under this etcd prefix, so it goes on at %d, where its"
+                    " persisted fragments end (brokers that keep no fence, such as Gazette's,"
+                    " may have acknowledged more: clusters mixing them should run ours with"
+                    " --broker.resume-head-gaps=false)",
+                    journal,
+                    index_end,
+                )
+                return index_end, ()
+            if fence.offset <= index_end:
+                return index_end, ()
+            log.error(
+                "journal %s: its persisted fragments end at %d, but appends may have been"
+                " acknowledged up to %d (its acknowledgement fence, owned by %s): every"
+                " broker that held [%d, %d) is gone. The journal goes on at %d; what was"
+                " acknowledged in between is lost, and no offset of it is handed out again",
+                journal,
+                index_end,
+                fence.offset,
+                fence.owner,
+                index_end,
+                fence.offset,
+                fence.offset,
+            )
+            metrics.JOURNAL_FENCE_SKIPPED_BYTES.inc(fence.offset - index_end)
+            fence = await self.skip(journal, index_end, fence.offset)
+            return fence.offset, fence.skipped
+        except FenceDenied:
+            return None
+
+    async def skipped(self, journal: str) -> tuple[tuple[int, int], ...]:
+        """The ranges ``journal`` skipped for good (none if its fence can't be read)."""
+        try:
+            fence = await self.read(journal)
+        except FenceDenied:
+            return ()
+        return fence.skipped if fence is not None else ()
+
+    async def _update(
+        self, journal: str, change: Callable[[Fence | None], Fence | None]
+    ) -> tuple[Fence | None, bool]:
+        """Write ``change(current fence)`` unless it is None, retrying lost races.
+
+        Returns the fence as it then stands, and whether it was written.
+        """
         key = self.key(journal)
         cur = await self.read(journal)
         while True:
-            base = cur or Fence(end, "")
-            skipped = tuple(sorted({*base.skipped, (begin, end)}))[-MAX_SKIPPED:]
-            if skipped == base.skipped and cur is not None:
-                return cur
-            want = dataclasses.replace(base, skipped=skipped)
+            want = change(cur)
+            if want is None:
+                return cur, False
             resp = await self._commit(
                 [txn.mod_revision_is(key, cur.mod_revision if cur else 0)],
                 [txn.put(key, want.value())],
                 [txn.get(key)],
             )
             if resp.succeeded:
-                return want
+                return dataclasses.replace(want, mod_revision=int(resp.header.revision)), True
             cur = _fence_of(resp.responses[0].response_range.kvs)
 
     def owners_on_disk(self) -> dict[str, str]:

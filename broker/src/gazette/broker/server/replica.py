@@ -42,7 +42,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from gazette import allocator, task
@@ -145,8 +145,8 @@ class Replica:
         # A head gap seen by the primary: ((spool end, index end), first seen at).
         self._head_gap: tuple[tuple[int, int], float] | None = None
         self._skipped_lookup: asyncio.Task[None] | None = None
-        # A head gap found without an acknowledgement fence (head_gap_unknowable).
-        self._unknowable: tuple[int, int] | None = None
+        # A head gap refused until reset (refuse_head_gap): (spool end, index end).
+        self._refused: tuple[int, int] | None = None
         # Listings asked for by reads of a hole below the write head: where the hole
         # ends, the back-off before the next such listing, and when it may start.
         self._hole: tuple[int, float, float] | None = None
@@ -321,10 +321,14 @@ class Replica:
 
     async def _look_up_skipped(self) -> None:
         try:
-            self.index.mark_skipped(await self.host.skipped_ranges(self.journal))
-            self.refresh_now()  # The jump waits for a listing made after this.
+            self.learn_skipped(await self.host.skipped_ranges(self.journal))
         except Exception as e:  # noqa: BLE001  # the next hole asks again
             log.warning("journal %s: skipped ranges not read: %s", self.journal, e)
+
+    def learn_skipped(self, ranges: Sequence[tuple[int, int]]) -> None:
+        """The journal skipped ``ranges`` for good: reads jump them, after a fresh listing."""
+        self.index.mark_skipped(ranges)
+        self.refresh_now()
 
     def head_recovery_ready(self, spool_end: int, index_end: int) -> bool:
         """Whether the primary may resume the journal at ``index_end`` > ``spool_end``.
@@ -340,24 +344,16 @@ class Replica:
         """
         now = self._clock()
         key = (spool_end, index_end)
-        if key == self._unknowable:
+        if key == self._refused:
             return False
         if not self.resume_head_gaps:
-            if self._head_gap is None or self._head_gap[0] != key:
-                self._head_gap = (key, now)
-                log.error(
-                    "journal %s: its brokers hold content through %d, but its persisted"
-                    " fragments end at %d: every broker that held what came after may be"
-                    " gone, with offsets acknowledged but never persisted. Appends are"
-                    " refused (INDEX_HAS_GREATER_OFFSET) rather than hand those offsets out"
-                    " again. Once every broker that served the journal before has exited"
-                    " or stored what it held, resume it with `gazctl journals reset-head"
-                    " -l name=%s` (or run brokers with --broker.resume-head-gaps)",
-                    self.journal,
-                    spool_end,
-                    index_end,
-                    self.journal,
-                )
+            self.refuse_head_gap(
+                spool_end,
+                index_end,
+                "every broker that held what came after may be gone, with offsets"
+                " acknowledged but never persisted (brokers run with"
+                " --broker.resume-head-gaps go on past them by themselves)",
+            )
             return False
         if self._head_gap is None or self._head_gap[0] != key:
             self._head_gap = (key, now)
@@ -382,22 +378,22 @@ class Replica:
         metrics.JOURNAL_HEAD_RECOVERIES.inc()
         return True
 
-    def head_gap_unknowable(self, spool_end: int, index_end: int) -> None:
-        """Its acknowledgement fence can't be read: its head gap is refused until reset."""
+    def refuse_head_gap(self, spool_end: int, index_end: int, why: str) -> None:
+        """Refuse the journal's head gap until it is reset (logged once per gap)."""
         key = (spool_end, index_end)
-        if self._unknowable == key:
+        if self._refused == key:
             return
-        self._unknowable = key
+        self._refused = key
         log.error(
             "journal %s: its brokers hold content through %d, but its persisted fragments"
-            " end at %d, and its acknowledgement fence, which tells how far appends were"
-            " acknowledged past them, can't be read (etcd denies it). Appends are refused (INDEX_HAS_GREATER_OFFSET) rather than hand"
-            " acknowledged offsets out again. Once every broker that served it before has"
-            " exited or stored what it held, resume it with"
+            " end at %d: %s. Appends are refused (INDEX_HAS_GREATER_OFFSET) rather than"
+            " hand those offsets out again. Once every broker that served the journal"
+            " before has exited or stored what it held, resume it with"
             " `gazctl journals reset-head -l name=%s`",
             self.journal,
             spool_end,
             index_end,
+            why,
             self.journal,
         )
 

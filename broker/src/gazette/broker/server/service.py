@@ -35,7 +35,6 @@ from gazette.broker.server import (
     append_fsm,
     errors,
     flow_control,
-    metrics,
     pipeline,
     replica,
     resolver,
@@ -289,59 +288,18 @@ class Service:
         return fences_.JournalFence(self.fences, journal, f"{local.zone}/{local.suffix}")
 
     async def head_resumes_at(self, journal: str, index_end: int) -> int | None:
-        """Where a journal whose spools trail its persisted end ``index_end`` may go on.
-
-        Past its persisted fragments and its acknowledgement fence (see
-        gazette.broker.server.fences). A journal without a fence had no
-        acknowledgement from brokers of ours under this etcd prefix (it is new
-        here, over a store that holds its past): it goes on at the persisted end.
-        None (refuse) if etcd denies us the fences: then nothing tells how far
-        appends were acknowledged.
-        """
-        try:
-            fence = await self.fences.read(journal)
-        except fences_.FenceDenied:
-            return None  # Logged: nothing tells how far appends were acknowledged.
-        if fence is None:
-            log.warning(
-                "journal %s has no acknowledgement fence: no broker of ours acknowledged"
-                " an append to it under this etcd prefix, so it goes on at %d, where its"
-                " persisted fragments end (brokers that keep no fence, such as Gazette's,"
-                " may have acknowledged more: clusters mixing them should run ours with"
-                " --broker.resume-head-gaps=false)",
-                journal,
-                index_end,
-            )
-            return index_end
-        if fence.offset > index_end:
-            log.error(
-                "journal %s: its persisted fragments end at %d, but appends may have been"
-                " acknowledged up to %d (its acknowledgement fence, owned by %s): every"
-                " broker that held [%d, %d) is gone. The journal goes on at %d; what was"
-                " acknowledged in between is lost, and no offset of it is handed out again",
-                journal,
-                index_end,
-                fence.offset,
-                fence.owner,
-                index_end,
-                fence.offset,
-                fence.offset,
-            )
-            metrics.JOURNAL_FENCE_SKIPPED_BYTES.inc(fence.offset - index_end)
-            # Readers must jump the range, everywhere: it is never stored.
-            fence = await self.fences.skip(journal, index_end, fence.offset)
-            rep = self.replicas.get(journal)
-            if rep is not None:
-                rep.index.mark_skipped(fence.skipped)
-                rep.refresh_now()
-        return max(index_end, fence.offset)
+        """Where a journal whose spools trail its persisted end goes on (Fences.resume_past)."""
+        resumed = await self.fences.resume_past(journal, index_end)
+        if resumed is None:
+            return None
+        offset, skipped = resumed
+        rep = self.replicas.get(journal)
+        if skipped and rep is not None:
+            rep.learn_skipped(skipped)
+        return offset
 
     async def skipped_ranges(self, journal: str) -> tuple[tuple[int, int], ...]:
-        try:
-            fence = await self.fences.read(journal)
-        except fences_.FenceDenied:
-            return ()
-        return fence.skipped if fence is not None else ()
+        return await self.fences.skipped(journal)
 
     async def update_assignments(self, resolution: resolver.Resolution) -> int:
         assert isinstance(resolution, resolver.Resolution)
