@@ -141,6 +141,15 @@ async def test_spool_full(tmp_path: pathlib.Path, chaos_reports: list[Report]) -
     _verdict(report, chaos_reports, no_hangs=True)
 
 
+@pytest.mark.timeout(PARAMS.budget_s(PARAMS.stall_rounds * (PARAMS.stall_for_s + 30)))
+async def test_spool_stall(tmp_path: pathlib.Path, chaos_reports: list[Report]) -> None:
+    try:
+        report = await scenarios.spool_stall(PARAMS, tmp_path)
+    except scenarios.StallUnavailable as e:
+        pytest.skip(str(e))
+    _verdict(report, chaos_reports, no_hangs=True)
+
+
 @pytest.mark.timeout(PARAMS.budget_s(PARAMS.aborts * 1.0 + 15))
 async def test_client_aborts(tmp_path: pathlib.Path, chaos_reports: list[Report]) -> None:
     _verdict(await scenarios.aborts(PARAMS, tmp_path), chaos_reports)

@@ -12,10 +12,13 @@ heal (every journal must take an append again), read every journal back and
 ``etcd``       SIGKILL etcd, restart it on the same data dir and port (< lease)
 ``store``      the ``file://`` store root replaced by a plain file for a while
 ``spool-full`` one broker's spool dir on an 8 MiB tmpfs, filled to the brim
+``stall``      one broker's spool dir on a FUSE passthrough whose writes block for a
+               while: it must stay ready, keep its lease, fail (not hang) its own
+               journals' appends with a message naming the disk, and others write on
 ``aborts``     appends abandoned half-way (cancelled, or closed without commit)
 ``sigterm``    SIGTERM every broker (each must exit 0 in time), start them again
-``kill-all``   SIGKILL every broker at once, restart them on their spool dirs (and
-               reset the heads, as an operator would); ``-fresh-disks``: on empty
+``kill-all``   SIGKILL every broker at once, restart them on their spool dirs (they
+               resume by themselves, nothing reset); ``-fresh-disks``: on empty
                spool dirs, nobody resetting anything (the lost tail is reported)
 ``make-down``  ``make down`` then ``make up`` of the devcluster
 ``partition``  in network namespaces (:mod:`chaos.netns`): the primary of a journal
@@ -53,6 +56,7 @@ import random
 import shutil
 import subprocess
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
@@ -72,14 +76,15 @@ from chaos.netcluster import ETCD, NetCluster
 from chaos.records import RecordId, record
 from chaos.report import DiskLoss, Report
 from chaos.workload import Ack, Channels, Endpoints, Workload, WorkloadConfig
-from gazette import keyspace
-from gazette.broker import client, testing
+from gazette import allocator, keyspace
+from gazette.broker import client, stallfs, testing
 from gazette.broker import protocol as pb
 
 __all__ = [
     "HarnessError",
     "Params",
     "SpoolUnavailable",
+    "StallUnavailable",
     "aborts",
     "etcd_outage",
     "kill_all",
@@ -93,6 +98,7 @@ __all__ = [
     "sigstop",
     "sigterm_all",
     "spool_full",
+    "spool_stall",
     "store_outage",
 ]
 
@@ -129,6 +135,11 @@ class Params:
     spool_rounds: int = 1
     spool_full_s: float = 8.0
     spool_size: str = "8m"
+    #: Stalled-spool rounds: one broker's spool disk stops answering for ``stall_for_s``,
+    #: under a ``--broker.spool-write-timeout`` of ``spool_write_timeout_s``.
+    stall_rounds: int = 1
+    stall_for_s: float = 10.0
+    spool_write_timeout_s: float = 3.0
     #: Appends abandoned half-way.
     aborts: int = 10
     #: SIGTERM-everything rounds; each broker must exit 0 within ``term_timeout_s``.
@@ -174,6 +185,8 @@ class Params:
                 store_outage_s=30.0,
                 spool_rounds=2,
                 spool_full_s=30.0,
+                stall_rounds=3,
+                stall_for_s=20.0,
                 aborts=60,
                 term_rounds=3,
                 down_up_rounds=3,
@@ -359,10 +372,13 @@ async def _on_process_cluster(
     *,
     lease_s: float | None = None,
     prepare: Callable[[ProcessCluster], Callable[[], None]] | None = None,
+    replication: int = 3,
+    extra_args: Sequence[str] = (),
 ) -> Report:
-    """Run ``inject`` on a fresh etcd + 3 brokers; ``prepare`` (before the brokers
-    start) returns its own undo, run after everything stopped."""
-    cluster = ProcessCluster(work_dir, lease_s=lease_s or params.lease_s)
+    """Run ``inject`` on a fresh etcd + 3 brokers (``extra_args`` on their command
+    lines); ``prepare`` (before the brokers start) returns its own undo, run after
+    everything stopped."""
+    cluster = ProcessCluster(work_dir, lease_s=lease_s or params.lease_s, extra_args=extra_args)
     undo: Callable[[], None] | None = None
     channels = Channels()
     try:
@@ -376,6 +392,7 @@ async def _on_process_cluster(
             cluster,
             channels,
             lambda run: inject(run, cluster),
+            replication=replication,
             store_root=cluster.brokers.file_root,
         )
     finally:
@@ -586,6 +603,154 @@ async def spool_full(params: Params, work_dir: pathlib.Path) -> Report:
             await asyncio.sleep(params.spacing_s)
 
     return await _on_process_cluster("spool-full", params, work_dir, inject, prepare=prepare)
+
+
+# --- one broker's spool disk stalls ------------------------------------------------------------
+
+
+#: Words of an error that tells its reader nothing of the cause (a bug, wherever it shows).
+_UNCLEAR = ("TaskGroup", "Internal error", "Exception", "unexpected EOF")
+
+
+class StallUnavailable(HarnessError):
+    """No FUSE mount can be made here for the stalled-spool scenario (says why)."""
+
+
+async def _still_serving(run: Run, victim: testing.BrokerProcess) -> list[str]:
+    """What the broker with the stalled disk failed to answer within a second (empty: all)."""
+    failed = []
+    try:
+        call = run.channels.stub(victim.address).List(pb.ListRequest(), timeout=1.0)
+        listed = await call.read()
+        call.cancel()
+        if listed is grpc.aio.EOF:
+            failed.append("List: no answer")
+    except grpc.aio.AioRpcError as e:
+        failed.append(f"List: {e.code().name}")
+    url = f"http://127.0.0.1:{victim.http_port}/debug/ready"
+    try:
+        with await asyncio.to_thread(urllib.request.urlopen, url, None, 1.0) as r:
+            if r.status != 200:
+                failed.append(f"/debug/ready: {r.status}")
+    except OSError as e:  # URLError and timeouts are OSErrors
+        failed.append(f"/debug/ready: {e}")
+    return failed
+
+
+async def _member_lease(cluster: ProcessCluster, b: testing.BrokerProcess) -> int | None:
+    """The etcd lease of ``b``'s member key (None: the key is gone)."""
+    key = allocator.member_key(cluster.brokers.etcd_prefix, b.zone, b.suffix)
+    etcd = await keyspace.connect(cluster.etcd.endpoint, call_timeout=5)
+    try:
+        kv = await etcd.get(key.encode())
+    finally:
+        await etcd.close()
+    return None if kv is None else kv.lease
+
+
+async def spool_stall(params: Params, work_dir: pathlib.Path) -> Report:
+    """One broker's spool disk stops answering (every write blocks) for a while, then heals.
+
+    The broker's spool dir is a FUSE passthrough (:mod:`gazette.broker.stallfs`);
+    journals are RF2 over 3 brokers, so some journals' routes avoid it. While
+    the disk is stalled, every half second: the broker must answer List and
+    ``/debug/ready`` within a second, and every journal whose route avoids it
+    must take an append (through the other brokers) within 2 s; over the stall
+    it must keep its etcd lease (its member key's lease is unchanged).
+    Appends to its own journals must fail (within ``--broker.spool-write-timeout``,
+    not hang: the scenario's verdict counts hung appends), and be writable
+    again once the disk answers. Each miss is recorded as the journal (or
+    broker) not being writable."""
+    victim = 1
+    disk: list[stallfs.StallFS] = []
+    params = dataclasses.replace(params, journals=("chaos/a", "chaos/b", "chaos/c"))
+    why = stallfs.unavailable()
+    if why is not None:
+        raise StallUnavailable(f"no stalled disk here: {why}")
+
+    def prepare(cluster: ProcessCluster) -> Callable[[], None]:
+        spool = cluster.brokers[victim].spool_dir
+        fs = stallfs.StallFS(spool.with_name(spool.name + ".disk"), spool)
+        fs.__enter__()
+        disk.append(fs)
+        return fs.close
+
+    async def avoiding(run: Run, cluster: ProcessCluster) -> list[str]:
+        out = []
+        for j in params.journals:
+            _, members = await _route(run, cluster, j)
+            if victim not in members:
+                out.append(j)
+        return out
+
+    async def inject(run: Run, cluster: ProcessCluster) -> None:
+        b = cluster.brokers[victim]
+        others = [x.address for i, x in enumerate(cluster.brokers.brokers) if i != victim]
+        run.notes.append(
+            f"{b.suffix}'s spool on a FUSE passthrough; --broker.spool-write-timeout "
+            f"{params.spool_write_timeout_s:g}s"
+        )
+        for k in range(1, params.stall_rounds + 1):
+            free = await avoiding(run, cluster)
+            lease = await _member_lease(cluster, b)
+            await asyncio.to_thread(disk[0].stall)
+            run.fault(f"stall{k}:{b.suffix[-2:]}")
+            stalled_at = time.monotonic()
+            checks = appends = 0
+            slowest = 0.0
+            try:
+                while time.monotonic() - stalled_at < params.stall_for_s:
+                    checks += 1
+                    for miss in await _still_serving(run, b):
+                        run.unwritable.append(f"round {k}: {b.suffix} with a stalled disk: {miss}")
+                    for i, j in enumerate(free):
+                        t0 = time.monotonic()
+                        stub = run.channels.stub(others[(checks + i) % len(others)])
+                        try:
+                            resp = await testing.append(stub, j, [], deadline=2.0)
+                            status = pb.Status.Name(resp.status)
+                        except grpc.aio.AioRpcError as e:
+                            status = e.code().name
+                        slowest = max(slowest, time.monotonic() - t0)
+                        appends += 1
+                        if status != "OK":
+                            run.unwritable.append(
+                                f"round {k}: {j} (its route avoids {b.suffix}) answered "
+                                f"{status} while {b.suffix}'s disk stalled"
+                            )
+                    await asyncio.sleep(0.5)
+            finally:
+                await asyncio.to_thread(disk[0].unstall)
+            run.fault(f"unstall{k}")
+            after = await _member_lease(cluster, b)
+            if after != lease:
+                run.unwritable.append(
+                    f"round {k}: {b.suffix} lost its etcd lease while its disk stalled "
+                    f"({lease} -> {after})"
+                )
+            run.notes.append(
+                f"round {k}: {checks} checks of {b.suffix} (List, /debug/ready) while stalled; "
+                f"journals avoiding it {free or 'none'}: {appends} appends, slowest "
+                f"{slowest:.2f}s; lease {'kept' if after == lease else 'LOST'}"
+            )
+            await run.expect_writable(f"the disk answering again ({k})", params.kill_bound_s + 10)
+            await asyncio.sleep(params.spacing_s)
+        # What failed appends were told must name the cause, not an internal error.
+        said = run.workload.details.most_common()
+        run.notes.append("failed appends were told: " + "; ".join(f"{n}x {d}" for d, n in said[:4]))
+        for detail, n in said:
+            if any(w in detail for w in _UNCLEAR):
+                run.unwritable.append(f"{n} appends answered an unclear error: {detail}")
+
+    return await _on_process_cluster(
+        "spool-stall",
+        params,
+        work_dir,
+        inject,
+        prepare=prepare,
+        replication=2,
+        extra_args=["--broker.spool-write-timeout", f"{params.spool_write_timeout_s:g}s"],
+    )
 
 
 # --- (g) client aborts ---------------------------------------------------------------------

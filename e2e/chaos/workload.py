@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import itertools
 import random
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
@@ -39,6 +40,7 @@ __all__ = ["Ack", "Channels", "Endpoints", "Fault", "Workload", "WorkloadConfig"
 Endpoints = Callable[[], Sequence[str]]
 
 _MAX_MESSAGE = 64 << 20
+_DIGITS = re.compile(r"\d+")
 
 
 class Channels:
@@ -114,6 +116,8 @@ class Workload:
         self.attempts = 0
         #: Failed attempts by gRPC code or Gazette status.
         self.errors: collections.Counter[str] = collections.Counter()
+        #: Failed attempts by what the broker said (digits blanked, so alike ones count as one).
+        self.details: collections.Counter[str] = collections.Counter()
         #: Attempts that got no answer within ``append_timeout_s``.
         self.hung = 0
         #: Acks whose commit span doesn't match the bytes sent (a broker bug).
@@ -179,6 +183,7 @@ class Workload:
             if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 self.hung += 1
             self.errors[e.code().name] += 1
+            self.details[f"{e.code().name}: {_DIGITS.sub('N', e.details() or '')[:300]}"] += 1
             return None
         if resp.status != pb.OK:
             self.errors[pb.Status.Name(resp.status)] += 1

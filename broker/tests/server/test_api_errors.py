@@ -13,6 +13,7 @@ import pytest
 
 from gazette import keyspace, task
 from gazette.broker import protocol as pb
+from gazette.broker.fragment import errors as frag_errors
 from gazette.broker.protocol import auth
 from gazette.broker.server import api, errors, flow_control, metrics
 
@@ -34,6 +35,19 @@ def test_describe_renders_grpc_errors_as_code_and_details() -> None:
     assert errors.describe(REFUSED) == "UNAVAILABLE: connection refused"
     assert errors.describe(ValueError("plain")) == "plain"
     assert errors.describe(ValueError()) == "ValueError"
+
+
+def test_a_status_grpc_lost_is_said_so_not_relayed_as_an_internal_error() -> None:
+    lost = errors.describe(rpc_error(grpc.StatusCode.INTERNAL, "Internal error from Core"))
+    assert lost.startswith("INTERNAL: the peer ended the stream") and "#36066" in lost, lost
+    other = rpc_error(grpc.StatusCode.INTERNAL, "something else")
+    assert errors.describe(other) == "INTERNAL: something else"
+
+
+def test_a_failed_spool_write_is_unavailable() -> None:
+    # A stalled or full disk: the client retries (elsewhere, once the route moves).
+    e = frag_errors.SpoolWriteError("writing spool content of a/b: spool directory /s is stalled")
+    assert errors.grpc_status_of(e) == (grpc.StatusCode.UNAVAILABLE, str(e))
 
 
 def test_peer_failure_is_unavailable_and_names_the_peer() -> None:

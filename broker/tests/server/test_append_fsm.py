@@ -68,7 +68,10 @@ class FakePipeline:
 
     async def acknowledged(self):
         await self._barrier
-        return self._recv_err or self._send_err
+        return self.failure()
+
+    def failure(self):
+        return self._send_err or self._recv_err
 
     def idle(self) -> bool:
         return self._barrier.done() and self._send_err is None and self._recv_err is None
@@ -680,6 +683,34 @@ async def test_a_failed_acknowledgement_asks_the_replica_to_persist_now() -> Non
     deps.pln._recv_err = RuntimeError("peer gone")
     await step_expect(fsm, State.ERROR)
     assert deps.replica.flushes == 1 and "peer gone" in str(fsm.err)
+
+
+async def test_a_failure_after_the_commit_went_out_says_the_outcome_is_unknown() -> None:
+    # A member may have committed it, and the next pipeline goes on from its content.
+    deps = FakeDeps()
+    fsm = await _at_preconditions(deps)
+    await step_expect(fsm, State.STREAM_CONTENT)
+    for req in (pb2.AppendRequest(content=b"abc"), pb2.AppendRequest(), None):
+        await fsm.on_stream_content(req, None)
+    assert fsm.commit_sent
+    deps.pln._recv_err = RuntimeError("peer gone")
+    await step_expect(fsm, State.ERROR)
+    assert str(fsm.err).endswith(errors.OUTCOME_UNKNOWN), fsm.err
+
+
+async def test_a_failure_before_the_commit_does_not_say_it_may_be_in_the_journal() -> None:
+    # The spool failed while content streamed: the rollback, not the commit, goes out.
+    deps = FakeDeps()
+    fsm = await _at_preconditions(deps)
+    await step_expect(fsm, State.STREAM_CONTENT)
+    await fsm.on_stream_content(pb2.AppendRequest(content=b"abc"), None)
+    deps.pln._send_err = RuntimeError("spool directory /spool is stalled")
+    await fsm.on_stream_content(pb2.AppendRequest(), None)  # Fails at once: no commit.
+    assert fsm.state == State.READ_ACKNOWLEDGEMENTS and not fsm.commit_sent
+    # Peers then see the pipeline close; the primary's own failure is what is told.
+    deps.pln._recv_err = RuntimeError("unexpected EOF")
+    await step_expect(fsm, State.ERROR)
+    assert "stalled" in str(fsm.err) and errors.OUTCOME_UNKNOWN not in str(fsm.err), fsm.err
 
 
 async def _client(*chunks: bytes, stall: asyncio.Event | None = None):

@@ -26,11 +26,10 @@ from typing import Any
 
 import grpc
 import pytest
-import stallfs
 
 from gazette import allocator, keyspace
 from gazette.broker import protocol as pb
-from gazette.broker import testing
+from gazette.broker import stallfs, testing
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 from gazette.broker.server import testing as server_testing
 from gazette.keyspace import testing as ks_testing

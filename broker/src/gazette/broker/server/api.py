@@ -396,6 +396,12 @@ class JournalServicer(pb2_grpc.JournalServicer):
                 f"{rep.journal}: the route of this replication stream is no longer the"
                 " journal's (its primary was replaced)"
             ) from None
+        except BaseExceptionGroup as group:
+            # The task group wraps the stream's own failure (a stalled spool write, say):
+            # unwrapped, it is answered with its status and message, not as UNKNOWN.
+            if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
+                raise group.exceptions[0] from None
+            raise
 
     async def _replicate_with(
         self,

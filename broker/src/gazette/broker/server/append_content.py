@@ -53,6 +53,8 @@ class ContentPhase:
     pending: list[bytes]
     pending_size: int
     proposal: pb2.Fragment | None  # The commit (or rollback) whose acknowledgements we read.
+    #: The commit reached the pipeline: a failure now leaves the outcome unknown.
+    commit_sent: bool
     replicate_content_bytes: int
 
     def must_state(self, state: State) -> None:
@@ -179,7 +181,8 @@ class ContentPhase:
         ):
             eof, err = False, errors.RegisterUpdateWithEmptyAppend()
 
-        if eof and pln.send_err() is None and res.status == Status.OK:
+        committing = eof and pln.send_err() is None and res.status == Status.OK
+        if committing:
             assert self.client_commit
             proposal = pln.spool.next()
             if self.req.HasField("subtract_registers"):
@@ -193,13 +196,14 @@ class ContentPhase:
             if err is not None:
                 self.err = errors.StreamError(f"append stream: {err}")
         self.proposal = proposal
-        await self._scatter_proposal(
+        sent = await self._scatter_proposal(
             pln, pb2.ReplicateRequest(proposal=proposal, registers=self.registers, acknowledge=True)
         )
+        self.commit_sent = committing and sent
         self.state = State.READ_ACKNOWLEDGEMENTS
 
-    async def _scatter_proposal(self, pln: pipeline_.Pipeline, req: pb2.ReplicateRequest) -> None:
-        """Scatter a proposal once every peer acknowledged the previous one.
+    async def _scatter_proposal(self, pln: pipeline_.Pipeline, req: pb2.ReplicateRequest) -> bool:
+        """Scatter a proposal once every peer acknowledged the previous one (True: sent).
 
         If one did not, nothing is sent (the pipeline breaks off, and the
         append fails when it reads its acknowledgements): replicas read each
@@ -207,8 +211,9 @@ class ContentPhase:
         """
         if (err := await pln.acknowledged()) is not None:
             pln.break_off(err)
-            return
+            return False
         await pln.scatter(req)
+        return True
 
     async def _flush_content(self, pln: pipeline_.Pipeline) -> None:
         """Scatter pending client content as one Replicate content message."""
@@ -275,11 +280,13 @@ class ContentPhase:
             self._replica().request_flush()  # A member is failing: store our copy now.
         if self.err is not None or res.status != Status.OK:
             self.state = State.ERROR
-        elif recv_err is not None:
-            self.err = errors.PipelineError(str(recv_err))
-            self.state = State.ERROR
-        elif send_err is not None:
-            self.err = errors.PipelineError(str(send_err))
+        elif send_err is not None or recv_err is not None:
+            # The cause, not its consequences (see Pipeline.failure). Once the commit
+            # was sent, members that took it keep it: say the outcome is unknown.
+            why = str(pln.failure())
+            self.err = errors.PipelineError(
+                why + (errors.OUTCOME_UNKNOWN if self.commit_sent else "")
+            )
             self.state = State.ERROR
         else:
             self.state = State.FINISHED

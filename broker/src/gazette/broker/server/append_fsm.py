@@ -107,6 +107,7 @@ class AppendFSM(ContentPhase):
         self.pending: list[bytes] = []
         self.pending_size = 0
         self.proposal: pb2.Fragment | None = None
+        self.commit_sent = False
         self.replicate_content_bytes = REPLICATE_CONTENT_BYTES
         self.err: BaseException | None = None
         # Set by the driver once its client went away (or a pulse timed out): waits
@@ -385,7 +386,7 @@ class AppendFSM(ContentPhase):
         self.must_state(State.RECV_PIPELINE_SYNC)
         pln = self._pipeline()
         self.roll_to_offset, roll_registers, self.read_through_rev = await pln.gather_sync()
-        self.err = pln.recv_err() or pln.send_err()
+        self.err = pln.failure()
         if self.err is not None:
             self.pln = None
             await pln.shutdown(True)

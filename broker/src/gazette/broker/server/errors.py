@@ -29,7 +29,8 @@ exception                                          gRPC code
 ``pb.AuthorizationError`` (a refused token)        ``UNAUTHENTICATED``
 :class:`MessageTooLarge`                           ``RESOURCE_EXHAUSTED``
 :class:`PipelineError`, :class:`LeaseInDoubt`,     ``UNAVAILABLE``
-:class:`ResolverStopped`, :class:`ReplicaStopped`
+:class:`ResolverStopped`, :class:`ReplicaStopped`,
+a spool write that failed (a stalled or full disk)
 an etcd ``INVALID_ARGUMENT`` (e.g. a txn too big)  ``INVALID_ARGUMENT``
 a gRPC error of a peer                             the peer's code
 anything else (validation, stream framing, ...)    ``UNKNOWN``
@@ -55,6 +56,7 @@ import grpc
 
 from gazette import keyspace
 from gazette.broker import protocol as pb
+from gazette.broker.fragment.errors import SpoolWriteError
 from gazette.broker.protocol import dial
 
 
@@ -144,6 +146,13 @@ class ReplicaStopped(BrokerServerError):
         self.journal = journal
 
 
+#: Ends the message of an append that failed after its commit went out: some members
+#: may hold it committed, and the route's next primary goes on from their content.
+OUTCOME_UNKNOWN = (
+    "; its commit was sent, so it may still be in the journal (a retry may append it twice)"
+)
+
+
 class Unfenced(BrokerServerError):
     """An append every member committed could not be acknowledged: its fence stayed low.
 
@@ -197,8 +206,19 @@ def describe(e: BaseException) -> str:
         code = e.code()
         name = code.name if isinstance(code, grpc.StatusCode) else str(code)
         details = e.details() if callable(getattr(e, "details", None)) else None
+        if code == grpc.StatusCode.INTERNAL and details == _CORE_LOST_STATUS:
+            details = _CORE_LOST_STATUS_SAID
         return f"{name}: {details}" if details else name
     return _without_reprs(str(e)) or type(e).__name__
+
+
+# What grpc-python's asyncio client reports for a stream the server ended while a
+# write of ours was under way: the server's own status is lost (grpc/grpc#36066).
+_CORE_LOST_STATUS = "Internal error from Core"
+_CORE_LOST_STATUS_SAID = (
+    "the peer ended the stream while we wrote to it, and gRPC lost its answer"
+    " (grpc/grpc#36066): its log says why"
+)
 
 
 def grpc_status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
@@ -220,7 +240,9 @@ def grpc_status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.UNAUTHENTICATED, details
     if isinstance(exc, MessageTooLarge):
         return grpc.StatusCode.RESOURCE_EXHAUSTED, details
-    if isinstance(exc, PipelineError | LeaseInDoubt | ResolverStopped | ReplicaStopped):
+    if isinstance(
+        exc, PipelineError | LeaseInDoubt | ResolverStopped | ReplicaStopped | SpoolWriteError
+    ):
         return grpc.StatusCode.UNAVAILABLE, details
     if isinstance(exc, keyspace.errors.EtcdError) and exc.code == "INVALID_ARGUMENT":
         return grpc.StatusCode.INVALID_ARGUMENT, details

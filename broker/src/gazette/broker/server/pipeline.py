@@ -181,7 +181,19 @@ class Pipeline:
         ahead of those acknowledgements.
         """
         await asyncio.shield(self._read_barrier)
-        return self.recv_err() or self.send_err()
+        return self.failure()
+
+    def local_err(self) -> BaseException | None:
+        """How the primary's own spool failed (a stalled or full disk), if it did."""
+        return self._send_errs[self.header.route.primary]
+
+    def failure(self) -> BaseException | None:
+        """What broke the pipeline, cause before consequence: the primary's own spool
+        (its peers then see the pipeline close: EOF), then what a peer answered (a
+        send to a peer that already failed fails too), then a failed send."""
+        if self._broken is not None:
+            return self._broken
+        return self.local_err() or self.recv_err() or self.send_err()
 
     def idle(self) -> bool:
         """No acknowledgement is awaited and nothing has failed."""
@@ -207,8 +219,16 @@ class Pipeline:
             self._broken = err
 
     def send_err(self) -> BaseException | None:
+        """The first failure to send (or, at the primary, to apply locally), if any.
+
+        The primary's own spool comes first and as it is (a stalled or full disk
+        says so): its peers' failures that follow (they see the pipeline closed)
+        are consequences.
+        """
         if self._broken is not None:
             return self._broken
+        if (local := self.local_err()) is not None:
+            return local
         for i, e in enumerate(self._send_errs):
             if e is not None:
                 return errors.PipelineError(f"send: {errors.describe(e)}", peer=self._member(i))
