@@ -160,9 +160,17 @@ e2e-kind: $(VENV)/.installed ## Tier 2 on kind (needs Docker): make images, a 3-
 # SIGKILLs of `make chaos`, in all (split between the spaced and the rapid scenario).
 CHAOS_KILLS ?= 100
 
+# Where `make chaos-go` keeps Go Gazette's figures, which `make chaos` prints beside ours.
+CHAOS_GO_TABLE ?= $(shell e2e/cache-root.sh chaos)/go-partitions.json
+
 .PHONY: chaos
-chaos: $(VENV)/.installed ## Fault suite, long: CHAOS_KILLS (default 100) SIGKILLs, etcd/store/spool/SIGSTOP/SIGTERM/make-down faults; prints a table.
-	CHAOS_LONG=1 CHAOS_KILLS=$(CHAOS_KILLS) $(PY) -m pytest -s -q -m integration e2e/test_chaos.py
+chaos: $(VENV)/.installed ## Fault suite, long: CHAOS_KILLS (default 100) SIGKILLs, etcd/store/spool/SIGSTOP/SIGTERM/make-down/partition faults; prints a table (and Go's figures beside ours after `make chaos-go`).
+	CHAOS_LONG=1 CHAOS_KILLS=$(CHAOS_KILLS) CHAOS_COMPARE=$(CHAOS_GO_TABLE) $(PY) -m pytest -s -q -m integration e2e/test_chaos.py
+
+.PHONY: chaos-go
+chaos-go: $(VENV)/.installed ## The partition scenarios (long) on Gazette's own Go brokers, as a reference: their figures, not a verdict; kept for `make chaos`.
+	-CHAOS_LONG=1 CHAOS_GO=1 CHAOS_TABLE_OUT=$(CHAOS_GO_TABLE) $(PY) -m pytest -s -q -m integration e2e/test_chaos.py -k "partition and not shard"
+	@test -f $(CHAOS_GO_TABLE) && echo "Go's figures kept in $(CHAOS_GO_TABLE)"
 
 .PHONY: bench
 bench: $(VENV)/.installed ## Benchmarks (figures, not pass/fail).

@@ -122,13 +122,16 @@ async def _broker(
         return await _drive(ch, journal, chunk)
 
 
-async def _create_journal(cluster: object, journal: str, replication: int) -> int:
-    """Create ``journal``, wait until it is writable; returns its primary's index."""
+async def _create_journal(
+    cluster: object, journal: str, replication: int, length: int = 64 << 20
+) -> int:
+    """Create ``journal`` (fragments of ``length`` bytes), wait until it is writable;
+    returns its primary's index."""
     from gazette.broker import testing
 
     assert isinstance(cluster, testing.BrokerCluster)
     spec = testing.journal_spec(
-        journal, replication=replication, stores=[cluster.store_url], length=64 << 20
+        journal, replication=replication, stores=[cluster.store_url], length=length
     )
     async with cluster.channel(0) as ch:
         stub = pb2_grpc.JournalStub(ch)

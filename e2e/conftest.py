@@ -216,7 +216,17 @@ def chaos_reports(request: pytest.FixtureRequest) -> list[Any]:
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     reports = config.stash.get(_CHAOS_REPORTS, [])
     if reports:
-        from chaos.report import table
+        import json
+
+        from chaos.report import save, side_by_side, table
 
         terminalreporter.section("chaos: acknowledged appends under faults")
         terminalreporter.write_line(table(reports))
+        if out := os.environ.get("CHAOS_TABLE_OUT"):
+            save(reports, pathlib.Path(out))
+        # ``make chaos-go`` saved the same scenarios run on Gazette's Go brokers.
+        other = pathlib.Path(os.environ.get("CHAOS_COMPARE", ""))
+        if other.name and other.is_file():
+            terminalreporter.section(f"chaos: ours beside Go Gazette ({other})")
+            rows = json.loads(other.read_text())
+            terminalreporter.write_line(side_by_side(reports, rows, "go"))

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
+import pathlib
 from collections.abc import Sequence
 
 from chaos.checker import Verdict
 from chaos.clusters import Exit
 
-__all__ = ["DiskLoss", "Report", "table"]
+__all__ = ["DiskLoss", "Report", "figures", "save", "side_by_side", "table"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,35 +153,79 @@ _COLUMNS = (
 )
 
 
+def figures(r: Report) -> dict[str, str]:
+    """A scenario's row of the table, by column name (what :func:`save` keeps)."""
+    v = r.verdict
+    cells = (
+        r.scenario,
+        r.faults,
+        v.acked,
+        v.bytes_verified,
+        len(v.lost),
+        len(v.twice),
+        v.duplicated,
+        len(v.holes),
+        len(v.conflicts) if v.store is not None else "-",
+        len(r.exits),
+        len(r.forced),
+        len(r.unwritable),
+        r.hung,
+        "-" if r.consumer_failures is None else len(r.consumer_failures),
+        f"{r.max_gap:.1f}",
+    )
+    return {name: str(c) for (name, _), c in zip(_COLUMNS, cells, strict=True)}
+
+
+def _line(cells: Sequence[str], widths: Sequence[int]) -> str:
+    return "  ".join(
+        f"{c:>{w}}" if i else f"{c:<{w}}"
+        for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+    )
+
+
 def table(reports: Sequence[Report]) -> str:
     """One row per scenario: the figures of the brief, and a few more."""
-    header = "  ".join(
-        f"{name:>{w}}" if i else f"{name:<{w}}" for i, (name, w) in enumerate(_COLUMNS)
-    )
+    widths = [w for _, w in _COLUMNS]
+    header = _line([name for name, _ in _COLUMNS], widths)
     rows = [header, "-" * len(header)]
-    for r in reports:
-        v = r.verdict
-        cells = (
-            r.scenario,
-            r.faults,
-            v.acked,
-            v.bytes_verified,
-            len(v.lost),
-            len(v.twice),
-            v.duplicated,
-            len(v.holes),
-            len(v.conflicts) if v.store is not None else "-",
-            len(r.exits),
-            len(r.forced),
-            len(r.unwritable),
-            r.hung,
-            "-" if r.consumer_failures is None else len(r.consumer_failures),
-            f"{r.max_gap:.1f}",
-        )
+    rows += [_line(list(figures(r).values()), widths) for r in reports]
+    return "\n".join(rows)
+
+
+def save(reports: Sequence[Report], path: pathlib.Path) -> None:
+    """Keep the table's rows as JSON (``CHAOS_TABLE_OUT``), for :func:`side_by_side`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([figures(r) for r in reports], indent=1) + "\n")
+
+
+#: What :func:`side_by_side` compares: the verdict's figures and the unavailability.
+_COMPARED = ("acked", "lost", "twice", "conflicts", "unwritable", "hung", "max unavail s")
+
+
+def side_by_side(ours: Sequence[Report], theirs: Sequence[dict[str, str]], who: str) -> str:
+    """Our figures beside another run's (saved by :func:`save`), per scenario both ran."""
+    by_name = {row["scenario"]: row for row in theirs}
+    shared = [r for r in ours if r.scenario in by_name]
+    if not shared:
+        return f"(no scenario ran both here and in the {who} run)"
+    widths = [28, *(max(len(c), 6) for c in _COMPARED), 2, *(max(len(c), 6) for c in _COMPARED)]
+    header = _line(["scenario", *_COMPARED, "|", *_COMPARED], widths)
+    title = _line(
+        ["", "ours:", *[""] * (len(_COMPARED) - 1), "|", f"{who}:", *[""] * (len(_COMPARED) - 1)],
+        widths,
+    )
+    rows = [title, header, "-" * len(header)]
+    for r in shared:
+        mine, other = figures(r), by_name[r.scenario]
         rows.append(
-            "  ".join(
-                f"{c!s:>{w}}" if i else f"{c!s:<{w}}"
-                for i, (c, (_, w)) in enumerate(zip(cells, _COLUMNS, strict=True))
+            _line(
+                [
+                    r.scenario,
+                    *(mine[c] for c in _COMPARED),
+                    "|",
+                    *(other.get(c, "?") for c in _COMPARED),
+                ],
+                widths,
             )
         )
     return "\n".join(rows)

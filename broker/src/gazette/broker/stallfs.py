@@ -38,7 +38,7 @@ def unavailable() -> str | None:
     if shutil.which("fusermount") is None:
         return "no fusermount (Debian package fuse)"
     try:
-        import fuse  # noqa: F401
+        import fuse  # type: ignore[import-untyped]  # noqa: F401
     except (ImportError, OSError) as e:  # fusepy raises when libfuse is absent
         return f"fusepy unusable: {e}"
     return None
