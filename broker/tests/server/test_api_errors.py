@@ -39,7 +39,7 @@ def test_describe_renders_grpc_errors_as_code_and_details() -> None:
 
 def test_a_status_grpc_lost_is_said_so_not_relayed_as_an_internal_error() -> None:
     lost = errors.describe(rpc_error(grpc.StatusCode.INTERNAL, "Internal error from Core"))
-    assert lost.startswith("INTERNAL: the peer ended the stream") and "#36066" in lost, lost
+    assert lost.startswith("INTERNAL: the stream broke") and "#36066" in lost, lost
     other = rpc_error(grpc.StatusCode.INTERNAL, "something else")
     assert errors.describe(other) == "INTERNAL: something else"
 

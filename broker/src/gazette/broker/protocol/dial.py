@@ -55,6 +55,7 @@ import grpc
 from gazette.broker.protocol import auth, errors, fragments
 
 __all__ = [
+    "CORE_TRANSPORT_FAILURE",
     "TLS",
     "DialConfig",
     "ListenConfig",
@@ -191,7 +192,7 @@ def channel(endpoint: str, config: DialConfig = DialConfig()) -> grpc.aio.Channe
 
 # What grpc-core says of a call cut off with its connection when no status came
 # (a peer killed while the call was sending).
-_CORE_TRANSPORT_FAILURE = "Internal error from Core"
+CORE_TRANSPORT_FAILURE = "Internal error from Core"
 
 
 def rpc_code(e: grpc.RpcError) -> grpc.StatusCode:
@@ -203,7 +204,7 @@ def rpc_code(e: grpc.RpcError) -> grpc.StatusCode:
     UNAVAILABLE, which clients retry, rather than as a server's own failure.
     """
     code: grpc.StatusCode = e.code()
-    if code == grpc.StatusCode.INTERNAL and e.details() == _CORE_TRANSPORT_FAILURE:
+    if code == grpc.StatusCode.INTERNAL and e.details() == CORE_TRANSPORT_FAILURE:
         return grpc.StatusCode.UNAVAILABLE
     return code
 

@@ -212,12 +212,13 @@ def describe(e: BaseException) -> str:
     return _without_reprs(str(e)) or type(e).__name__
 
 
-# What grpc-python's asyncio client reports for a stream the server ended while a
-# write of ours was under way: the server's own status is lost (grpc/grpc#36066).
-_CORE_LOST_STATUS = "Internal error from Core"
+# What grpc-python's asyncio client reports for a stream that broke while a write of
+# ours was under way (see dial.rpc_code): the peer went away, or ended the stream with
+# a status of its own that is then lost (grpc/grpc#36066). Said so, not relayed as is.
+_CORE_LOST_STATUS = dial.CORE_TRANSPORT_FAILURE
 _CORE_LOST_STATUS_SAID = (
-    "the peer ended the stream while we wrote to it, and gRPC lost its answer"
-    " (grpc/grpc#36066): its log says why"
+    "the stream broke while we wrote to it: the peer went away, or ended it with an"
+    " answer gRPC lost (grpc/grpc#36066); the peer's log says which"
 )
 
 
