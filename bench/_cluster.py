@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import pathlib
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -34,3 +35,15 @@ def run_on_cluster(name: str, body: Callable[[Any], Awaitable[None]], brokers: i
             ) as cluster,
         ):
             asyncio.run(body(cluster))
+
+
+def cpu_seconds(cluster: Any) -> float:
+    """CPU seconds used so far by this process (the client) and ``cluster``'s brokers."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = sum(os.times()[:2])
+    for b in cluster.brokers:
+        if b.proc is not None:
+            with open(f"/proc/{b.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return total

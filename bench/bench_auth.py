@@ -31,6 +31,7 @@ from collections.abc import Sequence
 
 import grpc
 
+from bench import _cluster
 from gazette.broker import protocol as pb
 from gazette.broker.protocol import auth
 from gazette.broker.protocol import protocol_pb2 as pb2
@@ -133,15 +134,7 @@ class _Side:
             return rate, rpcs / elapsed, (self._cpu() - cpu) / max(1, rpcs)
 
     def _cpu(self) -> float:
-        """CPU seconds used so far by this process (the client) and the cluster's brokers."""
-        ticks = os.sysconf("SC_CLK_TCK")
-        total = sum(os.times()[:2])
-        for b in self.cluster.brokers:  # type: ignore[attr-defined]
-            if b.proc is not None:
-                with open(f"/proc/{b.proc.pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
-        return total
+        return _cluster.cpu_seconds(self.cluster)
 
 
 _PER_BULK = BULK_APPEND // BULK_CHUNK

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 
 import grpc
 
-from bench import bench_broker
+from bench import _cluster, bench_broker
 from gazette.broker.protocol import protocol_pb2 as pb2
 
 SIZES = (1024, 256 * 1024)
@@ -111,15 +111,7 @@ class _Side:
         return _Run(sum(t.result() for t in tasks), elapsed, self._cpu() - cpu, latencies)
 
     def _cpu(self) -> float:
-        """CPU seconds used so far by this process (the client) and the cluster's brokers."""
-        ticks = os.sysconf("SC_CLK_TCK")
-        total = sum(os.times()[:2])
-        for b in self.cluster.brokers:  # type: ignore[attr-defined]
-            if b.proc is not None:
-                with open(f"/proc/{b.proc.pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
-        return total
+        return _cluster.cpu_seconds(self.cluster)
 
 
 async def _append_until(
