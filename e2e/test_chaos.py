@@ -17,12 +17,14 @@ Go brokers (skipped without a Go toolchain), to compare with the reference.
 
 from __future__ import annotations
 
+import json
 import pathlib
 from collections.abc import Awaitable
 
 import pytest
 from chaos import netcluster, netns, scenarios
-from chaos.report import Report
+from chaos.checker import Verdict
+from chaos.report import Report, save, side_by_side
 from chaos.scenarios import Params
 
 pytestmark = pytest.mark.integration
@@ -240,3 +242,20 @@ async def test_partition_shard_primary(tmp_path: pathlib.Path, chaos_reports: li
     # is cut off; sums stay exactly once and the shard catches up soon after healing.
     report = await _partitioned(scenarios.partition_shard_primary(PARAMS, tmp_path))
     _verdict(report, chaos_reports)
+
+
+def test_go_figures_print_beside_ours(tmp_path: pathlib.Path) -> None:
+    # `make chaos-go` saves Go's rows (its scenarios named "-go"); `make chaos` matches them.
+    def rep(name: str, acked: int, lost: int) -> Report:
+        v = Verdict(acked=acked, lost=[f"l{i}" for i in range(lost)])
+        return Report(name, 2, v, [], [("cut", 7.5)])
+
+    saved = tmp_path / "go.json"
+    save([rep("partition-peers-only-go", 90, 3)], saved)
+    ours = [rep("partition-peers-only", 100, 0), rep("sigkill-rapid", 5, 0)]
+    out = side_by_side(ours, json.loads(saved.read_text()), "go")
+    lines = out.splitlines()
+    assert "ours:" in lines[0] and "go:" in lines[0], out
+    assert len(lines) == 4, out  # title, header, rule, the one shared scenario
+    assert lines[3].split() == ["partition-peers-only", "100", "0", "0", "-", "0", "0", "7.5", "|",
+                                "90", "3", "0", "-", "0", "0", "7.5"]  # fmt: skip

@@ -204,7 +204,8 @@ _COMPARED = ("acked", "lost", "twice", "conflicts", "unwritable", "hung", "max u
 
 def side_by_side(ours: Sequence[Report], theirs: Sequence[dict[str, str]], who: str) -> str:
     """Our figures beside another run's (saved by :func:`save`), per scenario both ran."""
-    by_name = {row["scenario"]: row for row in theirs}
+    # Go runs name their scenarios with a "-go" suffix (see scenarios._on_net_cluster).
+    by_name = {row["scenario"].removesuffix("-go"): row for row in theirs}
     shared = [r for r in ours if r.scenario in by_name]
     if not shared:
         return f"(no scenario ran both here and in the {who} run)"
