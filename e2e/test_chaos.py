@@ -257,5 +257,5 @@ def test_go_figures_print_beside_ours(tmp_path: pathlib.Path) -> None:
     lines = out.splitlines()
     assert "ours:" in lines[0] and "go:" in lines[0], out
     assert len(lines) == 4, out  # title, header, rule, the one shared scenario
-    assert lines[3].split() == ["partition-peers-only", "100", "0", "0", "-", "0", "0", "7.5", "|",
-                                "90", "3", "0", "-", "0", "0", "7.5"]  # fmt: skip
+    assert lines[3].split() == ["partition-peers-only", "100", "0", "0", "-", "0", "0", "0", "7.5",
+                                "|", "90", "3", "0", "-", "0", "0", "0", "7.5"]  # fmt: skip

@@ -199,7 +199,7 @@ def save(reports: Sequence[Report], path: pathlib.Path) -> None:
 
 
 #: What :func:`side_by_side` compares: the verdict's figures and the unavailability.
-_COMPARED = ("acked", "lost", "twice", "conflicts", "unwritable", "hung", "max unavail s")
+_COMPARED = ("acked", "lost", "twice", "conflicts", "exited", "unwritable", "hung", "max unavail s")
 
 
 def side_by_side(ours: Sequence[Report], theirs: Sequence[dict[str, str]], who: str) -> str:
