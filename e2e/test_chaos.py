@@ -23,9 +23,11 @@ from collections.abc import Awaitable
 
 import pytest
 from chaos import netcluster, netns, scenarios
-from chaos.checker import Verdict
+from chaos.checker import ReadBack, Verdict, verify
+from chaos.records import RecordId, record
 from chaos.report import Report, save, side_by_side
 from chaos.scenarios import Params
+from chaos.workload import Ack
 
 pytestmark = pytest.mark.integration
 
@@ -61,6 +63,8 @@ def _verdict(
         broken.append(f"lost {beyond} appends that were no unpersisted tail of a disk loss")
     if v.twice:
         broken.append(f"{len(v.twice)} acknowledgements at offsets already acknowledged")
+    if v.denied_landed:
+        broken.append(f"{len(v.denied_landed)} appends answered as failed for sure are in it")
     # A jump over offsets the store never held is a range the journal skipped (it
     # resumed past its acknowledgement fence after losing every holder of its tail):
     # no append acknowledged there may be lost (that fails above), the jump alone
@@ -259,3 +263,19 @@ def test_go_figures_print_beside_ours(tmp_path: pathlib.Path) -> None:
     assert len(lines) == 4, out  # title, header, rule, the one shared scenario
     assert lines[3].split() == ["partition-peers-only", "100", "0", "0", "-", "0", "0", "0", "7.5",
                                 "|", "90", "3", "0", "-", "0", "0", "0", "7.5"]  # fmt: skip
+
+
+def test_an_append_failed_for_sure_may_not_be_read() -> None:
+    # w0#0 was acknowledged once and read twice: one failed attempt may have landed.
+    # w0#1 failed for sure (no attempt may have landed) and is read anyway.
+    first, second = RecordId("w0", 0), RecordId("w0", 1)
+    data = record(first) * 2 + record(second)
+    acks = [Ack("j", 0, len(record(first)), (first,), 0.0)]
+    reads = [ReadBack("j", len(data), [(0, data)])]
+    sent = {first: ("j", 1), second: ("j", 0)}
+    v = verify(acks, reads, set(), None, sent)
+    assert v.duplicated == 1 and not v.lost
+    assert v.denied_landed == [
+        "j w0#1: read 1 times, acknowledged 0, 0 failed attempts that may have landed"
+    ]
+    assert not verify(acks, reads, set(), None, {**sent, second: ("j", 1)}).denied_landed

@@ -323,6 +323,10 @@ class Verdict:
     store: StoreCheck | None = None
     #: Acknowledgements overlapping an earlier one (:func:`acked_twice`).
     twice: list[str] = dataclasses.field(default_factory=list)
+    #: Appends read more often than their acknowledgement and the failed attempts
+    #: that may have landed allow: a broker said an attempt failed, for sure, and it
+    #: is in the journal.
+    denied_landed: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def conflicts(self) -> list[str]:
@@ -381,7 +385,10 @@ def verify(
     reads: Sequence[ReadBack],
     aborted: set[RecordId],
     store: StoreCheck | None = None,
+    sent: dict[RecordId, tuple[str, int]] | None = None,
 ) -> Verdict:
+    """Read ``reads`` against ``acks``; ``sent`` (the workload's appends by first
+    record: journal and failed attempts that may have landed) bounds the copies of each."""
     v = Verdict(acked=len(acks), acked_bytes=sum(a.end - a.begin for a in acks), store=store)
     v.twice = acked_twice(acks)
     by_journal = {r.journal: r for r in reads}
@@ -401,6 +408,14 @@ def verify(
                 if span.rid in aborted:
                     v.aborted_visible.append(f"{r.journal}@{span.begin}: {span.rid}")
     v.duplicated = sum(n - 1 for n in seen.values() if n > 1)
+    acked = {a.ids[0] for a in acks}
+    for first, (journal, uncertain) in (sent or {}).items():
+        copies = seen[(journal, first)]
+        if copies > (first in acked) + uncertain:
+            v.denied_landed.append(
+                f"{journal} {first}: read {copies} times, acknowledged {int(first in acked)},"
+                f" {uncertain} failed attempts that may have landed"
+            )
     for a in acks:
         want = b"".join(record(i) for i in a.ids)
         got = by_journal[a.journal].slice(a.begin, a.end) if a.journal in by_journal else None

@@ -84,7 +84,8 @@ class Report:
             f"scenario {self.scenario}: {self.faults} faults in {self.seconds:.0f}s; "
             f"{v.acked} acked appends ({v.acked_bytes} bytes), {v.bytes_verified} bytes "
             f"verified of {v.bytes_read} read; LOST {len(v.lost)}; ACKED TWICE {len(v.twice)}; "
-            f"duplicated {v.duplicated}; holes {len(v.holes)}; garbage bytes "
+            f"duplicated {v.duplicated} (of appends failed for sure: {len(v.denied_landed)}); "
+            f"holes {len(v.holes)}; garbage bytes "
             f"{v.garbage_bytes}; aborted visible {len(v.aborted_visible)}; "
             f"processes exited on their own {len(self.exits)}; "
             f"forced/unclean stops {len(self.forced)}; unwritable {len(self.unwritable)}; "
@@ -125,6 +126,7 @@ class Report:
             ("exited on their own", [str(e) for e in self.exits]),
             ("forced", self.forced),
             ("unwritable", self.unwritable),
+            ("failed for sure, yet in the journal", v.denied_landed),
             ("consumer", self.consumer_failures or []),
             ("bad acks", self.bad_acks),
             ("notes", self.notes),

@@ -348,7 +348,7 @@ async def _drive(
     return Report(
         scenario=scenario,
         faults=len(workload.faults),
-        verdict=verify(workload.acks, reads, workload.aborted, stored),
+        verdict=verify(workload.acks, reads, workload.aborted, stored, workload.sent),
         exits=list(cluster.exits),
         gaps=workload.unavailability(),
         unwritable=run.unwritable,

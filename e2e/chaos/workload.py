@@ -41,6 +41,8 @@ Endpoints = Callable[[], Sequence[str]]
 
 _MAX_MESSAGE = 64 << 20
 _DIGITS = re.compile(r"\d+")
+#: What a broker adds to an append's error when it knows its commit never went out.
+_NOT_COMMITTED = "(before the commit was sent)"
 
 
 class Channels:
@@ -118,6 +120,10 @@ class Workload:
         self.errors: collections.Counter[str] = collections.Counter()
         #: Failed attempts by what the broker said (digits blanked, so alike ones count as one).
         self.details: collections.Counter[str] = collections.Counter()
+        #: Every append begun, by its first record: (journal, failed attempts that may
+        #: have landed). An attempt answered with a Gazette status, or an error saying
+        #: its commit never went out, may not (see :func:`chaos.checker.verify`).
+        self.sent: dict[RecordId, tuple[str, int]] = {}
         #: Attempts that got no answer within ``append_timeout_s``.
         self.hung = 0
         #: Acks whose commit span doesn't match the bytes sent (a broker bug).
@@ -125,6 +131,7 @@ class Workload:
         #: Records of abandoned appends: never to be read.
         self.aborted: set[RecordId] = set()
         self._abort_seq = 0
+        self._failed_for_sure = False
         self.started_at = clock()
         self.stopped_at: float | None = None
         self.ended_at: float | None = None
@@ -156,12 +163,16 @@ class Workload:
             ids = tuple(RecordId(f"w{w}", seq + k) for k in range(n))
             seq += n
             data = b"".join(record(i) for i in ids)
+            uncertain = 0
             while not stop.is_set():
                 endpoints = self.endpoints()
+                self.sent[ids[0]] = (journal, uncertain)
                 resp = await self._attempt(endpoints[turn % len(endpoints)], journal, data, rng)
                 if resp is not None:
                     self._ack(journal, resp, ids, len(data))
                     break
+                uncertain += not self._failed_for_sure
+                self.sent[ids[0]] = (journal, uncertain)
                 turn += 1  # The next attempt goes to another broker.
                 await asyncio.sleep(self.cfg.retry_backoff_s)
             await asyncio.sleep(self.cfg.pause_s)
@@ -170,6 +181,7 @@ class Workload:
         self, address: str, journal: str, data: bytes, rng: random.Random
     ) -> pb.AppendResponse | None:
         self.attempts += 1
+        self._failed_for_sure = False
         cuts = sorted(rng.randrange(len(data)) for _ in range(2))
         chunks = [data[: cuts[0]], data[cuts[0] : cuts[1]], data[cuts[1] :]]
         try:
@@ -184,9 +196,11 @@ class Workload:
                 self.hung += 1
             self.errors[e.code().name] += 1
             self.details[f"{e.code().name}: {_DIGITS.sub('N', e.details() or '')[:300]}"] += 1
+            self._failed_for_sure = _NOT_COMMITTED in (e.details() or "")
             return None
         if resp.status != pb.OK:
             self.errors[pb.Status.Name(resp.status)] += 1
+            self._failed_for_sure = True  # A Gazette status: nothing was appended.
             return None
         return resp
 

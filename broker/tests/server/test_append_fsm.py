@@ -48,6 +48,8 @@ class FakePipeline:
         self.sync_result: tuple[int, Any, int] = (0, None, 0)
         self._send_err: BaseException | None = None
         self._recv_err: BaseException | None = None
+        # A peer whose stream ends (failed) before the commit is sent.
+        self.peer_ended: BaseException | None = None
         self._barrier: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._barrier.set_result(None)
         self.shut = False
@@ -72,6 +74,10 @@ class FakePipeline:
 
     def failure(self):
         return self._send_err or self._recv_err
+
+    async def note_ended_peers(self) -> None:
+        if self.peer_ended is not None:
+            self._recv_err = self.peer_ended
 
     def idle(self) -> bool:
         return self._barrier.done() and self._send_err is None and self._recv_err is None
@@ -696,6 +702,22 @@ async def test_a_failure_after_the_commit_went_out_says_the_outcome_is_unknown()
     deps.pln._recv_err = RuntimeError("peer gone")
     await step_expect(fsm, State.ERROR)
     assert str(fsm.err).endswith(errors.OUTCOME_UNKNOWN), fsm.err
+
+
+async def test_no_commit_goes_out_to_a_peer_that_already_failed() -> None:
+    # A replica whose spool disk is stalled fails its content at once: the append
+    # fails knowing it is not in the journal, rather than committing at the primary.
+    deps = FakeDeps()
+    fsm = await _at_preconditions(deps)
+    await step_expect(fsm, State.STREAM_CONTENT)
+    await fsm.on_stream_content(pb2.AppendRequest(content=b"abc"), None)
+    await fsm.on_stream_content(pb2.AppendRequest(), None)
+    deps.pln.peer_ended = RuntimeError("UNAVAILABLE: spool directory /s is stalled")
+    sent = len(deps.pln.sent)
+    await fsm.on_stream_content(None, None)
+    assert not fsm.commit_sent and len(deps.pln.sent) == sent  # Not even the rollback.
+    await step_expect(fsm, State.ERROR)
+    assert "stalled" in str(fsm.err) and errors.OUTCOME_UNKNOWN not in str(fsm.err), fsm.err
 
 
 async def test_a_failure_before_the_commit_does_not_say_it_may_be_in_the_journal() -> None:

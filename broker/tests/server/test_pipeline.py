@@ -205,6 +205,28 @@ async def test_a_dead_peer_fails_the_pipeline(peers: list[Peer], tmp_path: Any) 
     assert returned == [local] and local.spec.end == 4
 
 
+async def test_a_peer_that_ended_its_stream_is_noted_before_the_commit(
+    peers: list[Peer], tmp_path: Any
+) -> None:
+    pln, _local, _ = await make_pipeline(peers, str(tmp_path))
+    await pln.scatter(sync_request(pln, pb.Fragment(journal=JOURNAL, compression_codec=pb.NONE)))
+    await pln.gather_sync()
+
+    def stalled(req: pb.ReplicateRequest) -> None:
+        if req.content:
+            raise RuntimeError("spool directory is stalled")
+
+    peers[0].script = stalled
+    await pln.scatter(pb.ReplicateRequest(content=b"abc", content_delta=0))
+    async with asyncio.timeout(5):
+        await pln._streams[1].code()  # The peer's stream has ended.
+    await pln.note_ended_peers()
+    err = pln.failure()
+    assert err is not None and "peer-one" in str(err), err
+    assert "stalled" in str(err) and "before the commit was sent" in str(err), err
+    await close(pln, abort=True)
+
+
 async def _commit_to_a_silent_peer(pln: pipeline.Pipeline, local: Any, peer: Peer) -> asyncio.Event:
     """Make ``peer`` answer no proposal until the returned event is set; send a commit."""
     silent = asyncio.Event()

@@ -181,7 +181,9 @@ class ContentPhase:
         ):
             eof, err = False, errors.RegisterUpdateWithEmptyAppend()
 
-        committing = eof and pln.send_err() is None and res.status == Status.OK
+        if eof:
+            await pln.note_ended_peers()  # A peer that failed already can't take the commit.
+        committing = eof and pln.failure() is None and res.status == Status.OK
         if committing:
             assert self.client_commit
             proposal = pln.spool.next()

@@ -203,13 +203,17 @@ def describe(e: BaseException) -> str:
     another exception's text are rewritten the same way.
     """
     if isinstance(e, grpc.RpcError) and callable(getattr(e, "code", None)):
-        code = e.code()
-        name = code.name if isinstance(code, grpc.StatusCode) else str(code)
         details = e.details() if callable(getattr(e, "details", None)) else None
-        if code == grpc.StatusCode.INTERNAL and details == _CORE_LOST_STATUS:
-            details = _CORE_LOST_STATUS_SAID
-        return f"{name}: {details}" if details else name
+        return describe_status(e.code(), details)
     return _without_reprs(str(e)) or type(e).__name__
+
+
+def describe_status(code: grpc.StatusCode, details: str | None) -> str:
+    """A call's final status as short text, ``CODE: details`` (see :func:`describe`)."""
+    name = code.name if isinstance(code, grpc.StatusCode) else str(code)
+    if code == grpc.StatusCode.INTERNAL and details == _CORE_LOST_STATUS:
+        details = _CORE_LOST_STATUS_SAID
+    return f"{name}: {details}" if details else name
 
 
 # What grpc-python's asyncio client reports for a stream that broke while a write of

@@ -183,6 +183,23 @@ class Pipeline:
         await asyncio.shield(self._read_barrier)
         return self.failure()
 
+    async def note_ended_peers(self) -> None:
+        """Record, as failed, every peer whose stream has already ended.
+
+        A replica ends its stream before our EOF only by failing (its spool disk
+        stalled, say) or by leaving the route. Checked before a commit goes out: a
+        commit no peer can take is not sent, so the append fails knowing it is not
+        in the journal (else the primary's own copy of it would be).
+        """
+        for i, call in enumerate(self._streams):
+            if call is None or self._recv_errs[i] is not None or not call.done():
+                continue
+            code = await call.code()
+            details = await call.details()
+            self._recv_errs[i] = errors.PipelineError(
+                errors.describe_status(code, details) + " (before the commit was sent)"
+            )
+
     def local_err(self) -> BaseException | None:
         """How the primary's own spool failed (a stalled or full disk), if it did."""
         return self._send_errs[self.header.route.primary]
