@@ -33,6 +33,7 @@ from gazette.broker import protocol as pb
 from gazette.broker import testing
 from gazette.broker.protocol import dial
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
+from gazette.broker.server import errors
 
 __all__ = ["Ack", "Channels", "Endpoints", "Fault", "Workload", "WorkloadConfig"]
 
@@ -41,8 +42,6 @@ Endpoints = Callable[[], Sequence[str]]
 
 _MAX_MESSAGE = 64 << 20
 _DIGITS = re.compile(r"\d+")
-#: What a broker adds to an append's error when it knows its commit never went out.
-_NOT_COMMITTED = "(before the commit was sent)"
 
 
 class Channels:
@@ -196,7 +195,7 @@ class Workload:
                 self.hung += 1
             self.errors[e.code().name] += 1
             self.details[f"{e.code().name}: {_DIGITS.sub('N', e.details() or '')[:300]}"] += 1
-            self._failed_for_sure = _NOT_COMMITTED in (e.details() or "")
+            self._failed_for_sure = errors.NOT_COMMITTED in (e.details() or "")
             return None
         if resp.status != pb.OK:
             self.errors[pb.Status.Name(resp.status)] += 1

@@ -1,6 +1,7 @@
 """A FUSE passthrough file system whose writes can be stalled: a sick disk on demand.
 
-Run as a process of its own (``python stallfs.py ROOT MOUNTPOINT``): it serves
+For tests and fault drills. Run as a process of its own
+(``python -m gazette.broker.stallfs ROOT MOUNTPOINT``): it serves
 ROOT at MOUNTPOINT and reads commands on its standard input, ``stall`` (every
 write and file creation then blocks, as on a disk that stopped answering) and
 ``unstall``; it answers each with ``ok``. End of input unstalls, so a test that

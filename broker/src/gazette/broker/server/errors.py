@@ -152,6 +152,10 @@ OUTCOME_UNKNOWN = (
     "; its commit was sent, so it may still be in the journal (a retry may append it twice)"
 )
 
+#: Ends the message of an append that failed before its commit went out (a peer had
+#: already failed): nothing of it was committed anywhere, so it is not in the journal.
+NOT_COMMITTED = " (before the commit was sent)"
+
 
 class Unfenced(BrokerServerError):
     """An append every member committed could not be acknowledged: its fence stayed low.

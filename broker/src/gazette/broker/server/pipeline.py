@@ -197,7 +197,7 @@ class Pipeline:
             code = await call.code()
             details = await call.details()
             self._recv_errs[i] = errors.PipelineError(
-                errors.describe_status(code, details) + " (before the commit was sent)"
+                errors.describe_status(code, details) + errors.NOT_COMMITTED
             )
 
     def local_err(self) -> BaseException | None:
