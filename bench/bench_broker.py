@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import Any
 
 import grpc
 
@@ -67,27 +68,33 @@ async def _append_for(
         request_serializer=pb2.AppendRequest.SerializeToString,
         response_deserializer=pb2.AppendResponse.FromString,
     )
-    payload = b"x" * chunk
     per_append = max(1, APPEND_BYTES // chunk)
+    chunks = [b"x" * chunk] * per_append
     latencies: list[float] = []
     total = 0
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
-
-        async def requests():  # type: ignore[no-untyped-def]
-            yield pb2.AppendRequest(journal=journal)
-            for _ in range(per_append):
-                yield pb2.AppendRequest(content=payload)
-            yield pb2.AppendRequest()
-
-        t0 = time.perf_counter()
-        resp = await call_append(requests())
-        latencies.append(time.perf_counter() - t0)
-        if resp.status != pb2.Status.OK:
-            raise RuntimeError(f"append failed: {pb2.Status.Name(resp.status)}")
+        latencies.append(await timed_append(call_append, journal, chunks))
         total += per_append * chunk
     elapsed = time.perf_counter() - start
     return total / elapsed / 1e6, latencies
+
+
+async def timed_append(call_append: Any, journal: str, chunks: list[bytes]) -> float:
+    """One Append RPC of ``chunks`` to ``journal``; its latency in seconds (raises unless OK)."""
+
+    async def requests():  # type: ignore[no-untyped-def]
+        yield pb2.AppendRequest(journal=journal)
+        for c in chunks:
+            yield pb2.AppendRequest(content=c)
+        yield pb2.AppendRequest()
+
+    t0 = time.perf_counter()
+    resp = await call_append(requests())
+    took = time.perf_counter() - t0
+    if resp.status != pb2.Status.OK:
+        raise RuntimeError(f"append to {journal} failed: {pb2.Status.Name(resp.status)}")
+    return took
 
 
 def _pct(values: list[float], p: float) -> float:

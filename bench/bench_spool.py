@@ -126,18 +126,7 @@ async def _append_until(
     chunks = [b"x" * min(size, CHUNK)] * max(1, size // CHUNK)
     appends = 0
     while time.perf_counter() < deadline:
-
-        async def requests():  # type: ignore[no-untyped-def]
-            yield pb2.AppendRequest(journal=journal)
-            for chunk in chunks:
-                yield pb2.AppendRequest(content=chunk)
-            yield pb2.AppendRequest()
-
-        t0 = time.perf_counter()
-        resp = await call_append(requests())
-        latencies.append(time.perf_counter() - t0)
-        if resp.status != pb2.Status.OK:
-            raise RuntimeError(f"append to {journal} failed: {pb2.Status.Name(resp.status)}")
+        latencies.append(await bench_broker.timed_append(call_append, journal, chunks))
         appends += 1
     return appends
 
