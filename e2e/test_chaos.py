@@ -235,7 +235,9 @@ async def test_partition_etcd_only(tmp_path: pathlib.Path, chaos_reports: list[R
 @pytest.mark.timeout(PARAMS.budget_s(_partitions_s()))
 async def test_partition_peers_only(tmp_path: pathlib.Path, chaos_reports: list[Report]) -> None:
     report = await _partitioned(scenarios.partition_peers_only(PARAMS, tmp_path))
-    _verdict(report, chaos_reports)
+    # Our brokers give the journal up (cut off from every peer while etcd answers);
+    # Gazette's wait for the heal, so Go runs are not held to the bound.
+    _verdict(report, chaos_reports, kill_bound=not PARAMS.go)
 
 
 @pytest.mark.timeout(

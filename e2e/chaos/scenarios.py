@@ -450,6 +450,35 @@ async def _route(run: Run, cluster: ProcessCluster, journal: str) -> tuple[int, 
     raise HarnessError(f"no broker names the primary of {journal}")
 
 
+async def _whole(
+    run: Run, cluster: ProcessCluster, replication: int, within: float
+) -> float | None:
+    """Seconds until every broker is a member with room for journals, and every
+    journal's route has ``replication`` members (None: not within ``within`` s).
+
+    A partition round starts only then: a round begun while the last one's victim
+    was still announcing itself again would find too few brokers to move to.
+    """
+    brokers = cluster.brokers.brokers
+    prefix = f"{cluster.brokers.etcd_prefix}/members/"
+    started = time.monotonic()
+    etcd = await keyspace.connect(cluster.etcd.endpoint, call_timeout=5)
+    try:
+        while time.monotonic() - started < within:
+            with contextlib.suppress(Exception):
+                kvs = await etcd.get_prefix(prefix.encode())
+                specs = [pb.BrokerSpec.FromString(kv.value) for kv in kvs]
+                with_room = sum(1 for spec in specs if spec.journal_limit > 0)
+                if with_room == len(brokers):
+                    routes = [await _route(run, cluster, j) for j in run.params.journals]
+                    if all(len(members) == replication for _, members in routes):
+                        return time.monotonic() - started
+            await asyncio.sleep(0.25)
+    finally:
+        await etcd.close()
+    return None
+
+
 async def _primary(run: Run, cluster: ProcessCluster, journal: str) -> int:
     return (await _route(run, cluster, journal))[0]
 
@@ -1070,6 +1099,7 @@ async def _partition(
     what: str,
     cut: Callable[[str], None],
     *,
+    replication: int,
     first: Callable[[str, list[str]], None] | None = None,
     duration_s: float | None = None,
     probe_others: bool = False,
@@ -1090,6 +1120,14 @@ async def _partition(
     params = run.params
     for k in range(1, params.partitions + 1):
         journal = params.journals[(k - 1) % len(params.journals)]
+        took = await _whole(run, cluster, replication, params.heal_s)
+        if took is None:
+            run.unwritable.append(
+                f"round {k}: the cluster was not whole (every broker a member, every route "
+                f"{replication} members) {params.heal_s:g}s after the last round"
+            )
+        elif took > 1.0:
+            run.notes.append(f"round {k}: waited {took:.1f}s for the cluster to be whole")
         victim, members = await _route(run, cluster, journal)
         name = cluster.name_of(victim)
         if k == 1:
@@ -1175,6 +1213,7 @@ async def partition_primary(
             cluster,
             "isolate",
             cluster.net.isolate,
+            replication=replication,
             first=peers_first if staged else None,
             probe_others=True,
         )
@@ -1202,6 +1241,7 @@ async def partition_etcd_only(params: Params, work_dir: pathlib.Path) -> Report:
             cluster,
             "etcd-cut",
             lambda name: cluster.net.cut_from_etcd(name, ETCD),
+            replication=2,
             duration_s=params.lease_s + params.etcd_cut_past_lease_s,
         )
 
@@ -1211,13 +1251,20 @@ async def partition_etcd_only(params: Params, work_dir: pathlib.Path) -> Report:
 
 
 async def partition_peers_only(params: Params, work_dir: pathlib.Path) -> Report:
-    """Cut a primary from the other brokers only (etcd and appenders still reach it), then heal."""
+    """Cut a primary from the other brokers only (etcd and appenders still reach it), then heal.
+
+    Gazette's journal waits for the heal here (its primary keeps its lease); ours
+    must be writable through the other brokers within the lease + 2 s of the cut.
+    """
 
     async def inject(run: Run, cluster: NetCluster) -> None:
         def cut(name: str) -> None:
             cluster.net.cut_from(name, [b for b in cluster.broker_names if b != name])
 
-        await _partition(run, cluster, "peers-cut", cut)
+        # The primary keeps its lease, but it can replicate to nobody: it must give
+        # its journals up (--broker.isolation-timeout), and the other brokers carry
+        # on within the lease + 2 s, as after a SIGKILL.
+        await _partition(run, cluster, "peers-cut", cut, replication=2, probe_others=True)
 
     return await _on_net_cluster(
         "partition-peers-only", params, work_dir, inject, brokers=3, replication=2

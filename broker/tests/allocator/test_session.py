@@ -117,6 +117,35 @@ async def test_reannounces_after_lease_loss(etcd: aetcd.Client) -> None:
     assert await member_lease(etcd) is None
 
 
+async def test_resign_gives_the_lease_up_at_once_and_announces_the_given_spec(
+    etcd: aetcd.Client,
+) -> None:
+    # A broker cut off from its peers (gazette.broker.server.isolation): its key and
+    # assignments go now, not at the lease's expiry, and it comes back with no room.
+    config = allocator.SessionConfig(lease_ttl=20, announce_retry=0.25, reannounce_backoff=0.1)
+    no_room = json.dumps({"R": 0}).encode()
+    loop = asyncio.get_running_loop()
+    async with running(etcd, config) as (session, task):
+        await wait_ready(session, task, 20)
+        first = session.lease_id
+        started = time.monotonic()
+        await session.resign(no_room)
+        assert not session.lease.valid(loop.time())  # Before etcd even answered.
+        while not (session.ready.is_set() and session.lease_id not in (0, first)):
+            assert not task.done(), task.exception()
+            assert time.monotonic() - started < 10, "not announced again"
+            await asyncio.sleep(0.05)
+        # Far sooner than the 20 s lease would have expired.
+        assert time.monotonic() - started < 5
+        assert session.lease.valid(loop.time())
+        got = await etcd.get(KEY.encode())
+        assert got is not None and got.value == no_room and int(got.lease) == session.lease_id
+
+        await session.update_spec(SPEC)  # Room again, under the same lease.
+        got = await etcd.get(KEY.encode())
+        assert got is not None and got.value == SPEC and int(got.lease) == session.lease_id
+
+
 def _no_kv_stub(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     """The announce module, with the etcd connection step made a no-op."""
     from gazette.keyspace import etcd as ks_etcd
@@ -136,6 +165,8 @@ class _FlakyEtcd:
 
     async def refresh_lease(self, lease_id: int) -> object:
         step = self.script.pop(0) if self.script else 10
+        if step == "hang":  # A connection into a partition: no answer, no failure.
+            await asyncio.sleep(3600)
         if isinstance(step, Exception):
             raise step
         if step is None:
@@ -165,6 +196,27 @@ async def test_keep_alive_doubts_past_the_lease_and_recovers_when_etcd_answers(
         assert not task.done()  # Still trying: only etcd's word ends the lease.
         await asyncio.sleep(1.6)  # The fifth refresh, at 5 s, succeeds.
         assert health.valid(loop.time())
+    finally:
+        task.cancel()
+
+
+async def test_a_keep_alive_that_gets_no_answer_is_a_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Over a connection into a partition the refresh hangs: the member must doubt
+    # its lease (and store what it holds) within a refresh interval, not when TCP gives up.
+    announce = _no_kv_stub(monkeypatch)
+    client = _FlakyEtcd([3, "hang", 3])
+    doubts: list[float] = []
+    health = announce.LeaseHealth(on_doubt=lambda: doubts.append(0))
+    task = asyncio.ensure_future(
+        announce.keep_alive(client, 7, 3, health=health)  # type: ignore[arg-type]
+    )
+    try:
+        await asyncio.sleep(1.5)  # The second refresh (at 1 s) hangs for its 1 s bound.
+        assert doubts == []
+        await asyncio.sleep(0.8)
+        assert doubts == [0] and not task.done()
     finally:
         task.cancel()
 

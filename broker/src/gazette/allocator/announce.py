@@ -36,6 +36,9 @@ from gazette.keyspace import etcd as ks_etcd
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
+
+#: How long :meth:`Session.resign` waits on etcd to revoke the lease.
+RESIGN_TIMEOUT = 2.0
 _rpc: Any = aetcd.rpc
 
 
@@ -214,8 +217,14 @@ async def keep_alive(
     while True:
         sent = loop.time()
         try:
-            await ks_etcd.kv_stub(client)  # connects if needed
-            reply = await client.refresh_lease(lease_id)
+            # Bounded: over a connection into a network partition a refresh neither
+            # fails nor answers, and the doubt (which stores what we hold) would come
+            # only when the connection gives up, long after the lease.
+            async with asyncio.timeout(max(interval, 1.0)):
+                await ks_etcd.kv_stub(client)  # connects if needed
+                reply = await client.refresh_lease(lease_id)
+        except TimeoutError:
+            health.failed(loop.time(), f"lease {lease_id:x} keep-alive got no answer in time")
         except (aetcd.exceptions.ClientError, ks_errors.EtcdError, grpc.aio.AioRpcError) as e:
             health.failed(loop.time(), f"lease {lease_id:x} keep-alive failed: {e}")
         else:
@@ -237,9 +246,22 @@ class LeaseHealth:
         self.valid_until = float("inf")
         self.on_doubt = on_doubt
         self._failing = False
+        # Given up (see Session.resign): no refresh of the old lease counts any more.
+        self._given_up = False
 
     def valid(self, now: float) -> bool:
         return now < self.valid_until
+
+    def granted(self, valid_until: float) -> None:
+        """A new lease, valid until ``valid_until``."""
+        self._given_up = False
+        self._failing = False
+        self.valid_until = valid_until
+
+    def give_up(self) -> None:
+        """Stop counting on the current lease at once (a refresh under way won't revive it)."""
+        self._given_up = True
+        self.valid_until = float("-inf")
 
     def failed(self, now: float, why: str) -> None:
         left = self.valid_until - now
@@ -253,6 +275,8 @@ class LeaseHealth:
                 self.on_doubt()
 
     def refreshed(self, valid_until: float) -> None:
+        if self._given_up:
+            return
         if self._failing:
             log.warning("lease keep-alive succeeded again")
         self._failing = False
@@ -302,6 +326,42 @@ class Session:
         """The SIGTERM path: mark the member exiting; :meth:`run` returns once drained."""
         self._exit.set()
 
+    async def update_spec(self, spec: bytes) -> None:
+        """Announce ``spec`` from now on: rewrite the member key now if we're announced,
+        and announce it next time otherwise (a failed rewrite is logged, and the key
+        keeps its old value until the next announcement)."""
+        self.spec = spec
+        ann = self.announcement
+        if ann is None or self._exit.is_set() or not self.ready.is_set():
+            return
+        try:
+            await ann.update(spec)
+        except errors.EtcdError as e:  # TxnFailed too: our key went with its lease.
+            log.warning("member %s: could not update its spec: %s", self.member_key, e)
+
+    async def resign(self, spec: bytes | None = None) -> None:
+        """Give up our lease now, and with it the member key and every assignment
+        under it, as a lease expiry would (but at once); then announce again, with
+        ``spec`` if given (else :attr:`spec` as it is then).
+
+        We stop counting on the lease before asking etcd to revoke it: from this
+        call on, :attr:`lease` is invalid. If etcd can't be reached within
+        :data:`RESIGN_TIMEOUT` s the lease expires by itself.
+        """
+        if spec is not None:
+            self.spec = spec
+        self.lease.give_up()
+        lease = self.lease_id
+        if not lease or self._exit.is_set():
+            return
+        try:
+            async with asyncio.timeout(RESIGN_TIMEOUT):
+                await revoke_lease(self.client, lease)
+        except (TimeoutError, errors.EtcdError) as e:
+            log.warning(
+                "member %s: revoking lease %x: %s (it will expire)", self.member_key, lease, e
+            )
+
     async def run(self) -> None:
         while True:
             gone: BaseException | None = None
@@ -329,7 +389,7 @@ class Session:
         self.lease_id = await grant_lease_retrying(
             self.client, cfg.lease_ttl, backoff=cfg.reannounce_backoff, sleep=self._sleep
         )
-        self.lease.refreshed(granted_at + cfg.lease_ttl)
+        self.lease.granted(granted_at + cfg.lease_ttl)
         try:
             async with asyncio.TaskGroup() as tg:
                 # Kept alive from its grant on: announcing may wait out a

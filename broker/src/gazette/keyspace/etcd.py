@@ -69,6 +69,29 @@ _CHANNEL_OPTIONS = {
 }
 
 
+def _keepalive_options(every: float | None) -> dict[str, int]:
+    """HTTP/2 pings every ``every`` s, the connection dropped if one goes unanswered as long.
+
+    Over a connection into a network partition calls neither fail nor answer, and
+    once the network heals TCP resumes only at its next retransmission, which
+    backs off to many seconds: a member would rejoin (and its watch catch up) long
+    after etcd is reachable again. A dropped connection is dialed afresh instead.
+    Gazette's brokers ping every ``--etcd.lease`` / 4 (``mainboilerplate/etcd.go``);
+    etcd answers pings sooner than its ``--grpc-keepalive-min-time`` (5 s) with a
+    GOAWAY only while it sends us nothing, and members always have a watch and a
+    keep-alive going.
+    """
+    if not every:
+        return {}
+    ms = max(1000, int(every * 1000))
+    return {
+        "grpc.keepalive_time_ms": ms,
+        "grpc.keepalive_timeout_ms": ms,
+        # grpc-core stops pinging after 2 pings sent without data otherwise.
+        "grpc.http2.max_pings_without_data": 0,
+    }
+
+
 def _credentials(config: EtcdConfig) -> grpc.ChannelCredentials | None:
     """TLS credentials of ``config`` (None for plaintext endpoints); reads its PEM files."""
     if not config.tls:
@@ -93,10 +116,16 @@ class Client(aetcd.Client):  # type: ignore[misc]  # aetcd is untyped.
     with :func:`connect`.
     """
 
-    def __init__(self, config: EtcdConfig, *, call_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        config: EtcdConfig,
+        *,
+        call_timeout: float | None = None,
+        keepalive: float | None = None,
+    ) -> None:
         super().__init__(
             timeout=None if call_timeout is None else int(max(1, call_timeout)),
-            options=dict(_CHANNEL_OPTIONS),
+            options=dict(_CHANNEL_OPTIONS) | _keepalive_options(keepalive),
         )
         self.config = config
         self._endpoints = config.endpoints
@@ -129,12 +158,18 @@ class Client(aetcd.Client):  # type: ignore[misc]  # aetcd is untyped.
 
 
 async def connect(
-    config: EtcdConfig | str = DEFAULT_ADDRESS, *, call_timeout: float | None = None
+    config: EtcdConfig | str = DEFAULT_ADDRESS,
+    *,
+    call_timeout: float | None = None,
+    keepalive: float | None = None,
 ) -> aetcd.Client:
     """A :class:`Client` of ``config`` (or of an ``--etcd.address`` string), with
     unbounded message sizes.
 
-    ``call_timeout`` bounds each unary call aetcd makes (None: unbounded). Nothing
+    ``call_timeout`` bounds each unary call aetcd makes (None: unbounded).
+    ``keepalive`` (seconds) pings the connection that often and drops it when a ping
+    goes unanswered as long (see :func:`_keepalive_options`; members pass a quarter
+    of their lease). Nothing
     is dialed yet, except that with ``config.username`` the user authenticates
     now, so a wrong password fails here with
     :class:`~gazette.keyspace.errors.EtcdAuthError`; if etcd can't be reached
@@ -144,7 +179,7 @@ async def connect(
     """
     cfg = EtcdConfig(address=config) if isinstance(config, str) else config
     cfg.check()
-    client = Client(cfg, call_timeout=call_timeout)
+    client = Client(cfg, call_timeout=call_timeout, keepalive=keepalive)
     await client.connect()
     if client.token_auth is not None:
         try:

@@ -293,20 +293,44 @@ class JournalServicer(pb2_grpc.JournalServicer):
         res: resolver.Resolution,
         rest: AsyncIterator[pb.AppendRequest],
     ) -> pb.AppendResponse:
-        _, endpoint = service.pick_member(res, require_primary=True)
+        self.svc.check_reachable()
+        primary, endpoint = service.pick_member(res, require_primary=True)
         fwd = pb.AppendRequest()
         fwd.CopyFrom(first)
         fwd.header.CopyFrom(res.header)
+        committed = False
 
         async def requests() -> AsyncIterator[pb.AppendRequest]:
+            nonlocal committed
             yield fwd
             async for req in rest:
+                committed = committed or not req.content
                 yield req
 
-        resp: pb.AppendResponse = await self.svc.peers.stub(endpoint).Append(
+        call = self.svc.peers.stub(endpoint).Append(
             requests(),
             metadata=self.svc.peer_metadata(auth.Capability.APPEND, first.journal) or None,
         )
+        # A primary cut off by a partition neither answers nor fails: once etcd gives
+        # the journal another primary, stop waiting on the old one (the client retries).
+        moved = asyncio.Event()
+        watch = asyncio.create_task(
+            self.svc.resolver.wait_primary_moved(first.journal, primary, moved),
+            name=f"proxied append primary watch {first.journal}",
+        )
+        try:
+            resp, interrupted = await task.race(call, moved)
+        finally:
+            watch.cancel()
+        if interrupted or resp is None:
+            call.cancel()
+            where = f"{primary.zone}/{primary.suffix}"
+            raise errors.PipelineError(
+                f"the primary of {first.journal} moved away from {where} while this append "
+                "was proxied to it"
+                + (errors.OUTCOME_UNKNOWN if committed else errors.NOT_COMMITTED)
+            )
+        assert isinstance(resp, pb.AppendResponse)
         return resp
 
     # -- Replicate ----------------------------------------------------------------------
@@ -533,6 +557,7 @@ class JournalServicer(pb2_grpc.JournalServicer):
         res: resolver.Resolution,
         context: grpc.aio.ServicerContext[pb.ReadRequest, pb.ReadResponse],
     ) -> None:
+        self.svc.check_reachable()
         _, endpoint = service.pick_member(res, require_primary=False)
         fwd = pb.ReadRequest()
         fwd.CopyFrom(req)

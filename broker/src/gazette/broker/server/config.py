@@ -97,6 +97,9 @@ class BrokerConfig:
     spool_write_timeout_s: float = 10.0
     #: ``--broker.spool-sync`` (ours): fdatasync spool files as appends are confirmed.
     spool_sync: bool = False
+    #: ``--broker.isolation-timeout`` (ours): cut off from every peer this long while
+    #: etcd answers, the broker gives its journals up (0: never; Gazette never does).
+    isolation_timeout_s: float = 3.0
     max_append_rate: int = 0
     min_append_rate: int = 1 << 16
     max_replication: int = 9
@@ -336,6 +339,18 @@ _FLAGS: tuple[Flag, ...] = (
         "Flush spool files to the device (fdatasync) before acknowledging each append, so "
         "that a broker restarted on its --broker.spool-dir after a power loss (not only a "
         "crash) finds everything it acknowledged; costs a device flush per append",
+    ),
+    (
+        "--broker.isolation-timeout",
+        "BROKER_ISOLATION_TIMEOUT",
+        "broker.isolation_timeout_s",
+        duration_s,
+        3.0,
+        "When no other broker has answered this broker's probes for this long (it asks a few "
+        "of them every second, and at least two exist), although they did before, it gives "
+        "up its lease and takes no journals until one answers again: etcd then hands its "
+        "journals to brokers that can replicate them, rather than them waiting for the "
+        "network to heal. 0 never gives up, as Gazette (Go duration)",
     ),
     (
         "--broker.max-append-rate",
@@ -634,6 +649,11 @@ def parse(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = Non
     if not cfg.broker.spool_write_timeout_s > 0:
         raise SystemExit(
             f"--broker.spool-write-timeout must be positive: {cfg.broker.spool_write_timeout_s:g}s"
+        )
+    if cfg.broker.isolation_timeout_s < 0:
+        raise SystemExit(
+            "--broker.isolation-timeout must be 0 (never) or positive: "
+            f"{cfg.broker.isolation_timeout_s:g}s"
         )
     check_broker_spec(cfg.broker)
     check_etcd(cfg.etcd)

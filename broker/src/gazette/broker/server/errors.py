@@ -16,6 +16,7 @@ Hierarchy::
     ├── Cancelled                     the client went away mid-RPC
     ├── ReplicaStopped                the local replica was shut down under the RPC
     └── LeaseInDoubt                  etcd unreachable past our lease: no writes served
+        └── CutOff                    no peer answers: we gave our journals up
 
 Application outcomes (journal not found, wrong offset, ...) are never
 exceptions: they travel as a ``protocol.Status`` in the response. Exceptions
@@ -182,6 +183,17 @@ class LeaseInDoubt(BrokerServerError):
 
     def __init__(self) -> None:
         super().__init__("broker's etcd lease may have expired (etcd unreachable); retry")
+
+
+class CutOff(LeaseInDoubt):
+    """No other broker answers this one (see gazette.broker.server.isolation): it gave
+    its lease and journals up, and proxies nothing (the call would hang). Clients see
+    UNAVAILABLE and retry, best through another broker."""
+
+    def __init__(self, why: str) -> None:
+        BrokerServerError.__init__(
+            self, f"this broker is cut off from the others ({why}); retry through another broker"
+        )
 
 
 # The repr of a grpc error (``grpc.aio.AioRpcError``, ``grpc._channel._InactiveRpcError``

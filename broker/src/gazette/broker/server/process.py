@@ -56,7 +56,15 @@ from gazette.broker import protocol as pb
 from gazette.broker.fragment import persister, recovery, spool, stores
 from gazette.broker.protocol import dial
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
-from gazette.broker.server import api, config, fences, flow_control, keyreload, service
+from gazette.broker.server import (
+    api,
+    config,
+    fences,
+    flow_control,
+    isolation,
+    keyreload,
+    service,
+)
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +182,8 @@ async def serve(
         raise SystemExit(f"failed to listen on port {bcfg.port}")
     endpoint = config.endpoint_of(host, port, tls=bcfg.tls)
 
-    client = await keyspace.connect(cfg.etcd)
+    # Pinged as Gazette pings etcd: a connection into a partition is dropped within the lease.
+    client = await keyspace.connect(cfg.etcd, keepalive=cfg.etcd.lease_s / 4)
     root = cfg.etcd.prefix
     decoder = allocator.key_value_decoder(root, journals.JournalDecoder(pb.validate))
     ks = keyspace.KeySpace(root, decoder, keyspace.KeySpaceConfig(watch_delay=bcfg.watch_delay_s))
@@ -313,7 +322,11 @@ async def serve(
                 root,
             )
 
+            watch_peers = tg.create_task(
+                _isolation(bcfg, endpoint, session, svc).run(), name="isolation watch"
+            )
             await asyncio.wait((session_task, stop_task), return_when=asyncio.FIRST_COMPLETED)
+            watch_peers.cancel()
             if not session_task.done():
                 await _drain(session, session_task, bcfg.drain_timeout_s)
             stop_task.cancel()
@@ -341,6 +354,32 @@ async def serve(
         await debug.close()
         with contextlib.suppress(keyspace.errors.KeySpaceError, OSError):
             await client.close()
+
+
+def _isolation(
+    bcfg: config.BrokerConfig, endpoint: str, session: allocator.Session, svc: service.Service
+) -> isolation.Isolation:
+    """The watch that gives our journals up while no peer answers (see isolation)."""
+    spec = broker_spec(bcfg, endpoint).SerializeToString()
+    # Announced while cut off: a member with no room for journals gets none.
+    no_room = broker_spec(dataclasses.replace(bcfg, limit=0), endpoint).SerializeToString()
+
+    async def isolated(why: str) -> None:
+        svc.cut_off = why
+        await session.resign(no_room)
+
+    async def rejoined() -> None:
+        svc.cut_off = None
+        await session.update_spec(spec)
+
+    return isolation.Isolation(
+        svc.other_brokers,
+        svc.probe_peer,
+        on_isolated=isolated,
+        on_rejoined=rejoined,
+        on_unreachable=svc.peers.forget,
+        config=isolation.IsolationConfig(timeout=bcfg.isolation_timeout_s),
+    )
 
 
 def tls_configs(bcfg: config.BrokerConfig) -> tuple[dial.ListenConfig, dial.TLS]:

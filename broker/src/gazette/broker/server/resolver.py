@@ -106,6 +106,20 @@ class Resolver:
         """From now on, resolving to ourselves fails (the broker is shutting down)."""
         self._stopped = True
 
+    async def wait_primary_moved(
+        self, journal: str, primary: pb.ProcessSpec.ID, moved: asyncio.Event
+    ) -> None:
+        """Set ``moved`` once ``journal``'s route no longer has ``primary`` as its primary."""
+        ks = self.observed.ks
+        while True:
+            await ks.wait_for_update()
+            state = self.observed.state
+            index = state.find_item(journal)
+            rt = allocator.route_of(state.assignments_of(index) if index != -1 else ())
+            if rt.primary == -1 or rt.members[rt.primary] != primary:
+                moved.set()
+                return
+
     async def resolve(
         self,
         journal: str,

@@ -35,6 +35,7 @@ from gazette.broker.server import (
     append_fsm,
     errors,
     flow_control,
+    isolation,
     pipeline,
     replica,
     resolver,
@@ -82,6 +83,7 @@ class Peers:
             max_message_size=max_message_size + (64 << 10), tls=tls or dial.TLS()
         )
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._closing: set[asyncio.Task[None]] = set()
 
     def stub(self, endpoint: str) -> pb2_grpc.JournalStub:
         if not endpoint:
@@ -92,10 +94,24 @@ class Peers:
             self._channels[endpoint] = ch
         return pb2_grpc.JournalStub(ch)
 
+    def forget(self, endpoint: str) -> None:
+        """Dial ``endpoint`` afresh from now on (its connection went quiet: see
+        gazette.broker.server.isolation). Calls under way on the old channel keep
+        it for up to REPLICATION_TIMEOUT, then it closes."""
+        ch = self._channels.pop(endpoint, None)
+        if ch is not None:
+            task = asyncio.get_running_loop().create_task(
+                ch.close(grace=pipeline.REPLICATION_TIMEOUT), name=f"close channel {endpoint}"
+            )
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
     async def close(self) -> None:
         channels, self._channels = self._channels, {}
         for ch in channels.values():
             await ch.close()
+        for task in list(self._closing):
+            task.cancel()
 
 
 def pick_member(
@@ -154,6 +170,9 @@ class Service:
         self.resolver = resolver.Resolver(observed, self.replicas)
         self.peers = Peers(config.max_message_size, config.peer_tls)
         self.stop_proxy_reads = asyncio.Event()
+        #: Why no other broker answers us, while that lasts (see isolation): we hold no
+        #: lease, and calls proxied to a peer would hang.
+        self.cut_off: str | None = None
 
     def _new_replica(self, journal: str, primary: bool, create_revision: int) -> replica.Replica:
         return replica.Replica(
@@ -190,10 +209,41 @@ class Service:
         for rep in self.replicas.all():
             rep.request_flush()
 
+    async def probe_peer(self, endpoint: str) -> None:
+        """A trivial List of the peer at ``endpoint`` (see isolation): raises unless it answers."""
+        req = pb.ListRequest(
+            selector=pb.LabelSelector(
+                include=pb.LabelSet(labels=[pb.Label(name="name", value=isolation.PROBE_JOURNAL)])
+            )
+        )
+        call = self.peers.stub(endpoint).List(
+            req, metadata=self.peer_metadata(auth.Capability.LIST, isolation.PROBE_JOURNAL)
+        )
+        try:
+            await call.read()  # List streams (it can watch): its first response will do.
+        finally:
+            call.cancel()
+
+    def other_brokers(self) -> list[isolation.Peer]:
+        """(name, endpoint) of every other member, as the KeySpace has them now."""
+        state = self.observed.state
+        out = []
+        for i, kv in enumerate(state.members):
+            if i == state.local_member_index:
+                continue
+            m = kv.decoded
+            out.append((f"{m.zone}#{m.suffix}", m.spec.process_spec.endpoint))
+        return out
+
     def check_lease(self) -> None:
         """Raise LeaseInDoubt unless our lease is surely valid (writes need it)."""
         if not self.lease_valid():
-            raise errors.LeaseInDoubt()
+            raise errors.LeaseInDoubt() if self.cut_off is None else errors.CutOff(self.cut_off)
+
+    def check_reachable(self) -> None:
+        """Raise CutOff if no peer answers us (before proxying a call to one)."""
+        if self.cut_off is not None:
+            raise errors.CutOff(self.cut_off)
 
     def unrouted_header(self) -> pb.Header:
         return resolver.unrouted_header(self.observed, self.local_id())

@@ -96,7 +96,8 @@ async def serve(
         raise errors.ConfigError(f"failed to listen on --consumer.port {ccfg.port}")
     endpoint = broker_config.endpoint_of(host, port, tls=ccfg.tls)
 
-    etcd = await keyspace.connect(cfg.etcd)
+    # Pinged as Gazette pings etcd: a connection into a partition is dropped within the lease.
+    etcd = await keyspace.connect(cfg.etcd, keepalive=cfg.etcd.lease_s / 4)
     root = cfg.etcd.prefix
     ks = keyspace.KeySpace(
         root,
