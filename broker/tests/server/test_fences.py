@@ -93,6 +93,31 @@ async def test_a_restarted_owner_lowers_its_fence_to_what_it_recovered(
     assert f.owners_on_disk() == {}  # Settled once.
 
 
+async def test_an_owner_back_without_a_spool_lowers_its_fence_to_the_stored_end(
+    etcd: aetcd.Client, etcd_root: str, tmp_path: pathlib.Path
+) -> None:
+    # Everything it held was stored before it stopped: a later head gap should skip
+    # nothing. A journal with nothing stored (all of it expired, say) keeps its fence.
+    f = fences.Fences(etcd, etcd_root, str(tmp_path))
+    for journal in (JOURNAL, "b/journal", "c/journal"):
+        await fences.JournalFence(f, journal, "zone/one").cover(4096)
+    stored = {JOURNAL: 5000, "b/journal": None}
+
+    async def stored_end(journal: str) -> int | None:
+        if journal == "c/journal":
+            raise OSError("store unreachable")
+        return stored[journal]
+
+    await fences.settle_recovered(f, {}, stored_end)
+    read = await f.read(JOURNAL)
+    assert read is not None and read.offset == 5000
+    for kept in ("b/journal", "c/journal"):
+        read = await f.read(kept)
+        assert read is not None and read.offset == 4096 + fences.FENCE_STEP
+    # Settled, or nothing to settle it with; a store that failed is tried next start.
+    assert f.owners_on_disk() == {"c/journal": read.owner}
+
+
 async def test_a_fence_that_cant_be_raised_fails_in_bounded_time(
     etcd: aetcd.Client, etcd_root: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -43,13 +43,14 @@ import os
 import secrets
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import aetcd
 
 from gazette import allocator
 from gazette.allocator import txn
+from gazette.broker.fragment import errors as frag_errors
 from gazette.broker.server import errors, metrics
 
 log = logging.getLogger(__name__)
@@ -326,19 +327,28 @@ class JournalFence:
         self.covered = max(self.covered, fence.offset)
 
 
-async def settle_recovered(fences: Fences, confirmed: dict[str, int]) -> None:
+async def settle_recovered(
+    fences: Fences,
+    confirmed: dict[str, int],
+    stored_end: Callable[[str], Awaitable[int | None]] | None = None,
+) -> None:
     """Lower the fences this broker still owns to what it recovered (see the module doc).
 
     ``confirmed``: journal -> the greatest confirmed end of its recovered spools.
+    A fence we own for a journal we recovered no spool of was over content we had
+    all stored before we stopped: ``stored_end(journal)`` (the end of its stored
+    fragments, None if unknown) lowers it to that, so that a later head gap skips
+    nothing it needn't.
     """
     for journal, owner in fences.owners_on_disk().items():
         end = confirmed.get(journal)
+        how = "recovered"
         try:
+            if end is None and stored_end is not None:
+                end, how = await stored_end(journal), "stored"
             if end is not None and await fences.lower(journal, end, owner):
-                log.info(
-                    "journal %s: acknowledgement fence lowered to %d (recovered)", journal, end
-                )
-        except errors.BrokerServerError as e:
+                log.info("journal %s: acknowledgement fence lowered to %d (%s)", journal, end, how)
+        except (errors.BrokerServerError, frag_errors.FragmentError, OSError) as e:
             log.warning("journal %s: fence not settled: %s", journal, e)
             continue
         fences.forget_owner(journal)

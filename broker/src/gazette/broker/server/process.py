@@ -53,7 +53,7 @@ from gazette import allocator, keyspace
 from gazette.allocator import txn
 from gazette.broker import http_gateway, journals
 from gazette.broker import protocol as pb
-from gazette.broker.fragment import persister, recovery, spool, stores
+from gazette.broker.fragment import index, persister, recovery, spool, stores
 from gazette.broker.protocol import dial
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 from gazette.broker.server import (
@@ -238,6 +238,15 @@ async def serve(
 
     fence_keeper = fences.Fences(client, root, spool_config.directory)
 
+    async def stored_end(journal: str) -> int | None:
+        spec = await spec_of(journal)
+        if spec is None:
+            return None
+        listing = await index.walk_all_stores(registry, journal, list(spec.fragment.stores))
+        # Nothing stored may mean everything expired (retention): then the fence is
+        # the only record of how far the journal went, and stays.
+        return listing.end_offset() if len(listing) else None
+
     try:
         async with registry, asyncio.TaskGroup() as tg:
             if spool_config.recoverable and spool_config.directory is not None:
@@ -249,7 +258,7 @@ async def serve(
                 confirmed: dict[str, int] = {}
                 for r in found:
                     confirmed[r.journal] = max(confirmed.get(r.journal, 0), r.confirmed)
-                await fences.settle_recovered(fence_keeper, confirmed)
+                await fences.settle_recovered(fence_keeper, confirmed, stored_end)
             session_task = tg.create_task(session.run(), name="allocator session")
             stop_task = tg.create_task(stop.wait(), name="stop signal")
             ready_task = tg.create_task(session.ready.wait(), name="announced")
