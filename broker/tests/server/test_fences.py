@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+from typing import Any
 
 import aetcd
 import pytest
 
+from gazette import keyspace
+from gazette.broker import protocol as pb
+from gazette.broker import testing
+from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 from gazette.broker.server import fences
+from gazette.keyspace import testing as ks_testing
 
 pytestmark = pytest.mark.integration
 
@@ -138,3 +144,24 @@ async def test_a_fence_that_cant_be_raised_fails_in_bounded_time(
     stuck.set()
     await jf.cover(10)
     assert jf.covers(10)
+
+
+async def test_deleting_a_journal_drops_its_fence(
+    etcd_server: ks_testing.EtcdServer, tmp_path: pathlib.Path, cluster_factory: Any
+) -> None:
+    name = "fences/deleted"
+    with cluster_factory(etcd_server, tmp_path, brokers=1) as cluster:
+        spec = testing.journal_spec(name, replication=1, stores=[cluster.store_url])
+        client = await keyspace.connect(etcd_server.endpoint, call_timeout=10)
+        async with cluster.channel(0) as ch, client:
+            stub = pb2_grpc.JournalStub(ch)
+            assert (await testing.apply_specs(stub, spec)).status == pb.OK
+            await testing.wait_writable(stub, name)
+            assert (await testing.append(stub, name, [b"x\n"], deadline=5)).status == pb.OK
+            f = fences.Fences(client, cluster.etcd_prefix)
+            assert await f.read(name) is not None
+
+            req = pb.ApplyRequest()
+            req.changes.add(delete=name, expect_mod_revision=-1)
+            assert (await stub.Apply(req)).status == pb.OK
+            assert await f.read(name) is None

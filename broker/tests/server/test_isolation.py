@@ -5,6 +5,11 @@ from __future__ import annotations
 import asyncio
 import random
 
+import grpc
+
+from gazette.broker import protocol as pb
+from gazette.broker.protocol import dial
+from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 from gazette.broker.server import isolation
 
 PEERS = [("z#b", "http://b:1"), ("z#c", "http://c:1")]
@@ -116,3 +121,29 @@ async def test_timeout_zero_turns_the_watch_off() -> None:
     net = Net()
     async with asyncio.timeout(1):
         await net.watch(timeout=0).run()  # Returns at once.
+
+
+async def test_a_peer_whose_host_refuses_counts_as_reachable() -> None:
+    # SIGKILLed brokers on reachable hosts: the network works, nobody is cut off.
+    ch = dial.channel("http://127.0.0.1:9")  # The discard port: nothing listens.
+    try:
+
+        async def refusing(_endpoint: str) -> None:
+            call = pb2_grpc.JournalStub(ch).List(pb.ListRequest())
+            await call.read()
+
+        net = Net()
+        w = net.watch()
+        await net.rounds(w, 1)
+        w.probe = refusing
+        await net.rounds(w, 6)
+        assert not w.isolated and net.events == []
+        with_error: list[BaseException] = []
+        try:
+            await refusing("")
+        except grpc.aio.AioRpcError as e:
+            with_error.append(e)
+        assert with_error and isolation.refused(with_error[0])
+        assert not isolation.refused(TimeoutError())
+    finally:
+        await ch.close()

@@ -111,6 +111,12 @@ class Fences:
         resp = await self._commit([], [txn.get(self.key(journal))])
         return _fence_of(resp.responses[0].response_range.kvs)
 
+    async def delete(self, *journals: str) -> None:
+        """Drop the fences of deleted journals (a journal made again under a name starts
+        from its stored fragments, as a new one does)."""
+        if journals:
+            await self._commit([], [txn.delete(self.key(j)) for j in journals])
+
     async def raise_to(
         self, journal: str, offset: int, owner: str, *, note_owner: bool = True
     ) -> Fence:

@@ -27,6 +27,11 @@ Why these rules:
   seconds later; a fresh one connects at once.
 - A broker whose etcd is away too is no worse off for resigning: its lease is
   in doubt already, and the revocation fails (the lease then expires).
+- A probe refused outright (``Connection refused``: the peer's host answered,
+  nothing listens there) counts as an answer: the network works, the peer is
+  down. Dead peers are not a partition (their keys go with their leases), and
+  a broker whose peers were all SIGKILLed at once on their hosts keeps its
+  journals (:func:`refused`).
 
 ``List`` is served by Go brokers too, so mixed clusters probe each other.
 """
@@ -40,15 +45,23 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
+import grpc
+
 log = logging.getLogger(__name__)
 
-__all__ = ["PROBE_JOURNAL", "Isolation", "IsolationConfig", "Peer"]
+__all__ = ["PROBE_JOURNAL", "Isolation", "IsolationConfig", "Peer", "refused"]
 
 #: The journal name a probe lists (no journal needs to exist by that name).
 PROBE_JOURNAL = "gazette/isolation-probe"
 
 Peer = tuple[str, str]
 """(member name, endpoint) of another broker."""
+
+
+def refused(e: BaseException) -> bool:
+    """Whether a failed call was refused by the peer's host (a reset, not silence)."""
+    details = e.details() if isinstance(e, grpc.aio.AioRpcError) else None
+    return bool(details) and "Connection refused" in str(details)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +151,9 @@ class Isolation:
             async with asyncio.timeout(self.config.probe_timeout):
                 await self.probe(endpoint)
         except Exception as e:  # noqa: BLE001  # any failure is a miss; it is counted
+            if refused(e):
+                self._misses.pop(endpoint, None)
+                return True
             misses = self._misses.get(endpoint, 0) + 1
             self._misses[endpoint] = misses
             if misses == 2:

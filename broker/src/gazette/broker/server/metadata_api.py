@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import logging
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -25,6 +26,8 @@ from gazette.broker.fragment import errors as frag_errors
 from gazette.broker.fragment import stores
 from gazette.broker.protocol import auth
 from gazette.broker.server import errors, metrics, service
+
+log = logging.getLogger(__name__)
 
 MAX_JOURNALS_PER_LIST_RESPONSE = 25
 DEFAULT_FRAGMENTS_PAGE_LIMIT = 1000
@@ -142,6 +145,11 @@ async def apply(
         resp.status = pb.ETCD_TRANSACTION_FAILED
         out.set(resp.status)
     elif result.changed:
+        deleted = [ch.delete for ch in req.changes if not ch.HasField("upsert")]
+        try:
+            await svc.fences.delete(*deleted)
+        except errors.BrokerServerError as e:  # Denied, say: they only take some room.
+            log.warning("could not drop the fences of deleted journals %s: %s", deleted, e)
         # Read our own write before answering.
         await ks.wait_for_revision(result.revision)
     resp.header.etcd.revision = result.revision
