@@ -141,7 +141,8 @@ async def test_store_outage(tmp_path: pathlib.Path, chaos_reports: list[Report])
 @pytest.mark.timeout(PARAMS.budget_s(PARAMS.spool_rounds * (PARAMS.spool_full_s + 20)))
 async def test_spool_full(tmp_path: pathlib.Path, chaos_reports: list[Report]) -> None:
     try:
-        report = await scenarios.spool_full(PARAMS, tmp_path)
+        # (On Go's brokers, with CHAOS_GO=1: in namespaces, as the partitions run them.)
+        report = await _partitioned(scenarios.spool_full(PARAMS, tmp_path))
     except scenarios.SpoolUnavailable as e:
         pytest.skip(str(e))
     _verdict(report, chaos_reports, no_hangs=True)
@@ -150,7 +151,7 @@ async def test_spool_full(tmp_path: pathlib.Path, chaos_reports: list[Report]) -
 @pytest.mark.timeout(PARAMS.budget_s(PARAMS.stall_rounds * (PARAMS.stall_for_s + 30)))
 async def test_spool_stall(tmp_path: pathlib.Path, chaos_reports: list[Report]) -> None:
     try:
-        report = await scenarios.spool_stall(PARAMS, tmp_path)
+        report = await _partitioned(scenarios.spool_stall(PARAMS, tmp_path))
     except scenarios.StallUnavailable as e:
         pytest.skip(str(e))
     _verdict(report, chaos_reports, no_hangs=True)

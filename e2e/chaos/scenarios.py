@@ -72,7 +72,7 @@ from chaos.checker import (
     wait_writable,
 )
 from chaos.clusters import DevCluster, Exit, HarnessError, ProcessCluster
-from chaos.netcluster import ETCD, NetCluster
+from chaos.netcluster import ETCD, NetCluster, NetGoBrokerProcess
 from chaos.records import RecordId, record
 from chaos.report import DiskLoss, Report
 from chaos.workload import Ack, Channels, Endpoints, Workload, WorkloadConfig
@@ -374,11 +374,22 @@ async def _on_process_cluster(
     prepare: Callable[[ProcessCluster], Callable[[], None]] | None = None,
     replication: int = 3,
     extra_args: Sequence[str] = (),
+    go_disk: bool = False,
 ) -> Report:
     """Run ``inject`` on a fresh etcd + 3 brokers (``extra_args`` on their command
     lines); ``prepare`` (before the brokers start) returns its own undo, run after
-    everything stopped."""
-    cluster = ProcessCluster(work_dir, lease_s=lease_s or params.lease_s, extra_args=extra_args)
+    everything stopped.
+
+    With ``go_disk`` and :attr:`Params.go` (the disk scenarios, as a reference) the
+    brokers are Gazette's own, in network namespaces nobody cuts: their spools are
+    temporary files, made in the ``TMPDIR`` that ``prepare`` points at a broker's
+    spool dir (:func:`_spool_on`)."""
+    cluster: ProcessCluster
+    if go_disk and params.go:
+        cluster = NetCluster(work_dir, lease_s=lease_s or params.lease_s, go=True)
+        scenario += "-go"
+    else:
+        cluster = ProcessCluster(work_dir, lease_s=lease_s or params.lease_s, extra_args=extra_args)
     undo: Callable[[], None] | None = None
     channels = Channels()
     try:
@@ -400,6 +411,13 @@ async def _on_process_cluster(
         await asyncio.to_thread(cluster.close)
         if undo is not None:
             undo()
+
+
+def _spool_on(b: testing.BrokerProcess) -> None:
+    """Gazette's Go broker spools to temporary files: make them in ``b``'s spool dir
+    (ours has ``--broker.spool-dir`` there already)."""
+    if isinstance(b, NetGoBrokerProcess):
+        b.env = {**(b.env or {}), "TMPDIR": str(b.spool_dir)}
 
 
 async def _sleep_until(t: float) -> None:
@@ -612,6 +630,7 @@ async def spool_full(params: Params, work_dir: pathlib.Path) -> Report:
     def prepare(cluster: ProcessCluster) -> Callable[[], None]:
         how, undo = _mount_small(cluster.brokers[victim].spool_dir, params.spool_size)
         mounted.append(how)
+        _spool_on(cluster.brokers[victim])
         return undo
 
     async def inject(run: Run, cluster: ProcessCluster) -> None:
@@ -631,7 +650,9 @@ async def spool_full(params: Params, work_dir: pathlib.Path) -> Report:
             await run.expect_writable(f"space returned {k + 1}", params.kill_bound_s + 10)
             await asyncio.sleep(params.spacing_s)
 
-    return await _on_process_cluster("spool-full", params, work_dir, inject, prepare=prepare)
+    return await _on_process_cluster(
+        "spool-full", params, work_dir, inject, prepare=prepare, go_disk=True
+    )
 
 
 # --- one broker's spool disk stalls ------------------------------------------------------------
@@ -656,7 +677,12 @@ async def _still_serving(run: Run, victim: testing.BrokerProcess) -> list[str]:
             failed.append("List: no answer")
     except grpc.aio.AioRpcError as e:
         failed.append(f"List: {e.code().name}")
-    url = f"http://127.0.0.1:{victim.http_port}/debug/ready"
+    # Gazette has no /debug/ready: its metrics (on its one port) say it serves HTTP.
+    url = (
+        f"http://{victim.address}/debug/metrics"
+        if isinstance(victim, NetGoBrokerProcess)
+        else f"http://127.0.0.1:{victim.http_port}/debug/ready"
+    )
     try:
         with await asyncio.to_thread(urllib.request.urlopen, url, None, 1.0) as r:
             if r.status != 200:
@@ -702,6 +728,7 @@ async def spool_stall(params: Params, work_dir: pathlib.Path) -> Report:
         fs = stallfs.StallFS(spool.with_name(spool.name + ".disk"), spool)
         fs.__enter__()
         disk.append(fs)
+        _spool_on(cluster.brokers[victim])
         return fs.close
 
     async def avoiding(run: Run, cluster: ProcessCluster) -> list[str]:
@@ -716,8 +743,12 @@ async def spool_stall(params: Params, work_dir: pathlib.Path) -> Report:
         b = cluster.brokers[victim]
         others = [x.address for i, x in enumerate(cluster.brokers.brokers) if i != victim]
         run.notes.append(
-            f"{b.suffix}'s spool on a FUSE passthrough; --broker.spool-write-timeout "
-            f"{params.spool_write_timeout_s:g}s"
+            f"{b.suffix}'s spool on a FUSE passthrough; "
+            + (
+                "Gazette's broker (no write timeout)"
+                if params.go
+                else f"--broker.spool-write-timeout {params.spool_write_timeout_s:g}s"
+            )
         )
         for k in range(1, params.stall_rounds + 1):
             free = await avoiding(run, cluster)
@@ -779,6 +810,7 @@ async def spool_stall(params: Params, work_dir: pathlib.Path) -> Report:
         prepare=prepare,
         replication=2,
         extra_args=["--broker.spool-write-timeout", f"{params.spool_write_timeout_s:g}s"],
+        go_disk=True,
     )
 
 
