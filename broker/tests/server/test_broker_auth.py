@@ -129,11 +129,16 @@ def _rpcs(
         assert resp.status == pb.OK
 
     async def replicate(md: Any) -> None:
-        call = stub.Replicate(metadata=md)
-        await call.write(
-            pb.ReplicateRequest(proposal=pb.Fragment(journal=journal, compression_codec=pb.NONE))
-        )
-        async for _ in call:
+        # A request iterator, not call.write: a server that refuses the stream ends it
+        # while a write may be under way, and grpc-python then loses its status
+        # (INTERNAL "Internal error from Core", grpc/grpc#36066); gRPC's own writer
+        # drops the write instead, and the status comes through.
+        async def requests() -> AsyncIterator[pb.ReplicateRequest]:
+            yield pb.ReplicateRequest(
+                proposal=pb.Fragment(journal=journal, compression_codec=pb.NONE)
+            )
+
+        async for _ in stub.Replicate(requests(), metadata=md):
             pass
 
     async def list_fragments(md: Any) -> None:
