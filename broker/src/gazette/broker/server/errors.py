@@ -181,8 +181,10 @@ class LeaseInDoubt(BrokerServerError):
     now could fork the journal. Clients see UNAVAILABLE and retry.
     """
 
-    def __init__(self) -> None:
-        super().__init__("broker's etcd lease may have expired (etcd unreachable); retry")
+    def __init__(
+        self, message: str = "broker's etcd lease may have expired (etcd unreachable); retry"
+    ) -> None:
+        super().__init__(message)
 
 
 class CutOff(LeaseInDoubt):
@@ -191,8 +193,8 @@ class CutOff(LeaseInDoubt):
     UNAVAILABLE and retry, best through another broker."""
 
     def __init__(self, why: str) -> None:
-        BrokerServerError.__init__(
-            self, f"this broker is cut off from the others ({why}); retry through another broker"
+        super().__init__(
+            f"this broker is cut off from the others ({why}); retry through another broker"
         )
 
 
