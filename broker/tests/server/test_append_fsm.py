@@ -718,6 +718,25 @@ async def test_no_commit_goes_out_to_a_peer_that_already_failed() -> None:
     assert not fsm.commit_sent and len(deps.pln.sent) == sent  # Not even the rollback.
     await step_expect(fsm, State.ERROR)
     assert "stalled" in str(fsm.err) and errors.OUTCOME_UNKNOWN not in str(fsm.err), fsm.err
+    assert str(fsm.err).endswith(errors.NOT_COMMITTED), fsm.err
+
+
+async def test_a_commit_sent_before_a_peer_ended_never_says_it_was_not_sent() -> None:
+    # Found by the chaos suite (spool-full): append A's commit went out, then its peer
+    # failed on it (a full disk) and ended its stream; the next append, at its end,
+    # noted the ended peer. A's answer read that note and said "(before the commit was
+    # sent)" although A was in the journal.
+    deps = FakeDeps()
+    fsm = await _at_preconditions(deps)
+    await step_expect(fsm, State.STREAM_CONTENT)
+    for req in (pb2.AppendRequest(content=b"abc"), pb2.AppendRequest(), None):
+        await fsm.on_stream_content(req, None)
+    assert fsm.commit_sent
+    deps.pln.peer_ended = RuntimeError("UNAVAILABLE: no space left on device")
+    await deps.pln.note_ended_peers()  # As the next append does.
+    await step_expect(fsm, State.ERROR)
+    assert str(fsm.err).endswith(errors.OUTCOME_UNKNOWN), fsm.err
+    assert errors.NOT_COMMITTED not in str(fsm.err), fsm.err
 
 
 async def test_a_failure_before_the_commit_does_not_say_it_may_be_in_the_journal() -> None:

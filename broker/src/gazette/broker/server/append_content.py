@@ -55,6 +55,8 @@ class ContentPhase:
     proposal: pb2.Fragment | None  # The commit (or rollback) whose acknowledgements we read.
     #: The commit reached the pipeline: a failure now leaves the outcome unknown.
     commit_sent: bool
+    #: The client's stream ended, but the pipeline had failed: the append rolled back.
+    rolled_back: bool
     replicate_content_bytes: int
 
     def must_state(self, state: State) -> None:
@@ -184,6 +186,8 @@ class ContentPhase:
         if eof:
             await pln.note_ended_peers()  # A peer that failed already can't take the commit.
         committing = eof and pln.failure() is None and res.status == Status.OK
+        # At its end, but the pipeline already failed: only the rollback goes out.
+        self.rolled_back = eof and not committing and pln.failure() is not None
         if committing:
             assert self.client_commit
             proposal = pln.spool.next()
@@ -286,9 +290,11 @@ class ContentPhase:
             # The cause, not its consequences (see Pipeline.failure). Once the commit
             # was sent, members that took it keep it: say the outcome is unknown.
             why = str(pln.failure())
-            self.err = errors.PipelineError(
-                why + (errors.OUTCOME_UNKNOWN if self.commit_sent else "")
-            )
+            if self.commit_sent:
+                why += errors.OUTCOME_UNKNOWN
+            elif self.rolled_back:
+                why += errors.NOT_COMMITTED
+            self.err = errors.PipelineError(why)
             self.state = State.ERROR
         else:
             self.state = State.FINISHED

@@ -108,6 +108,7 @@ class AppendFSM(ContentPhase):
         self.pending_size = 0
         self.proposal: pb2.Fragment | None = None
         self.commit_sent = False
+        self.rolled_back = False
         self.replicate_content_bytes = REPLICATE_CONTENT_BYTES
         self.err: BaseException | None = None
         # Set by the driver once its client went away (or a pulse timed out): waits

@@ -189,16 +189,16 @@ class Pipeline:
         A replica ends its stream before our EOF only by failing (its spool disk
         stalled, say) or by leaving the route. Checked before a commit goes out: a
         commit no peer can take is not sent, so the append fails knowing it is not
-        in the journal (else the primary's own copy of it would be).
+        in the journal (else the primary's own copy of it would be). The error says
+        nothing of commits: an append whose commit went out before the peer ended
+        reads it too (the append says whether its own commit was sent).
         """
         for i, call in enumerate(self._streams):
             if call is None or self._recv_errs[i] is not None or not call.done():
                 continue
             code = await call.code()
             details = await call.details()
-            self._recv_errs[i] = errors.PipelineError(
-                errors.describe_status(code, details) + errors.NOT_COMMITTED
-            )
+            self._recv_errs[i] = errors.PipelineError(errors.describe_status(code, details))
 
     def local_err(self) -> BaseException | None:
         """How the primary's own spool failed (a stalled or full disk), if it did."""
