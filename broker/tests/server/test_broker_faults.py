@@ -30,6 +30,7 @@ import pytest
 from gazette.broker import protocol as pb
 from gazette.broker import testing
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
+from gazette.broker.server.replica import DOUBT_DELAY
 from gazette.keyspace import testing as ks_testing
 
 pytestmark = pytest.mark.integration
@@ -445,16 +446,19 @@ async def test_a_broker_that_joins_the_replicas_serves_what_came_before(
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("adopted", [True, False])
+@pytest.mark.parametrize("how", ["reported", "rolled", "stored-elsewhere"])
 async def test_a_replica_stores_an_unconfirmed_tail_only_if_the_route_goes_on_from_it(
-    etcd_server: ks_testing.EtcdServer, tmp_path: Any, cluster_factory: Any, adopted: bool
+    etcd_server: ks_testing.EtcdServer, tmp_path: Any, cluster_factory: Any, how: str
 ) -> None:
     # A primary died right after its replica committed [10, 13), before any later
     # proposal told the replica that every member had it. The replica holds the
     # block back. A later primary that takes its head from the replica (asks, gets
     # PROPOSAL_MISMATCH at 13, rolls everyone to 13) makes it the journal's: stored.
-    # One that rolls the replica at 13 on its own knowledge leaves it unconfirmed:
-    # the route's content came from elsewhere, and the block is never published.
+    # One that rolls the replica at 13 on its own knowledge had that end from
+    # elsewhere: a store listing after DOUBT_DELAY decides. If no store holds
+    # [10, 13), the block is stored (the route went on from 13: without it the
+    # journal has a hole); if one does (other content that ended at 13), it is not.
+    adopted = how == "reported"
     with cluster_factory(etcd_server, tmp_path, brokers=2, lease="60s") as cluster:
         name = "faults/held-tail"
         header = await _written(cluster, name, b"0123456789")
@@ -491,6 +495,11 @@ async def test_a_replica_stores_an_unconfirmed_tail_only_if_the_route_goes_on_fr
             await asyncio.sleep(1.5)
             assert 13 not in _stored_ends(cluster, name)  # Held back.
 
+            elsewhere = frag(10, 13, b"xyz")
+            if how == "stored-elsewhere":
+                sha = pb.sha1sum_to_digest(elsewhere.sum).hex()
+                path = cluster.file_root / name / f"{10:016x}-{13:016x}-{sha}.raw"
+                path.write_bytes(b"xyz")
             call = _stub(ch).Replicate(timeout=60)
             if adopted:
                 ask = pb.ReplicateRequest(header=header, proposal=frag(10, 10), acknowledge=True)
@@ -502,11 +511,17 @@ async def test_a_replica_stores_an_unconfirmed_tail_only_if_the_route_goes_on_fr
             assert (await answer(call, roll)).status == pb.OK
             again = pb.ReplicateRequest(proposal=frag(13, 13), acknowledge=True)
             assert (await answer(call, again)).status == pb.OK  # The roll went through.
+            ours = hashlib.sha1(b"abc").hexdigest()
             if adopted:
                 await _stored(cluster, name, 13)
-            else:
+            elif how == "rolled":
                 await asyncio.sleep(1.5)
-                assert 13 not in _stored_ends(cluster, name)
+                assert 13 not in _stored_ends(cluster, name)  # Not before the listing.
+                await _stored(cluster, name, 13, within=DOUBT_DELAY + 30)
+            else:
+                await asyncio.sleep(DOUBT_DELAY + 3)
+            stored = [p.name for p in (cluster.file_root / name).glob("*.raw")]
+            assert any(ours in n for n in stored) == (how != "stored-elsewhere"), stored
             call.cancel()
 
 

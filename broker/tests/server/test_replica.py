@@ -6,8 +6,10 @@ import asyncio
 import itertools
 from typing import Any
 
+import pytest
+
 from gazette.broker import protocol as pb
-from gazette.broker.fragment import spool
+from gazette.broker.fragment import cover_set, spool
 from gazette.broker.server import replica
 
 JOURNAL = "a/journal"
@@ -126,15 +128,62 @@ async def test_a_held_tail_is_stored_whole_once_the_route_goes_on_from_it() -> N
 
 
 async def test_a_held_tail_the_route_did_not_go_on_from_is_never_stored() -> None:
-    # A member cut off from its route: the route went on without this tail.
+    # A member cut off from its route: the route went on from another offset.
     host = FakeHost()
     rep = replica.Replica(JOURNAL, host, primary=False, create_revision=1, pulse_interval=3600)
     async with asyncio.TaskGroup() as tg:
         tg.create_task(rep.serve())
         await _broken_with_an_unconfirmed_tail(host, rep)
-        rep.settle_held(14, adopt=False)  # Rolled there, but the head came from another.
+        rep.settle_held(20, adopt=False)
         assert host.completed == [(0, 9, True)]
         rep.stop()
+
+
+@pytest.mark.parametrize("stored_elsewhere", [False, True])
+async def test_a_held_tail_the_route_went_on_from_without_us_is_decided_by_a_listing(
+    monkeypatch: pytest.MonkeyPatch, stored_elsewhere: bool
+) -> None:
+    # The primary rolled us to the end of our held tail on its own knowledge: from
+    # another holder of the same bytes (nobody stored them: ours must be, or the
+    # journal keeps a hole), or from other content ending there (stored by its
+    # members: ours must not be).
+    monkeypatch.setattr(replica, "DOUBT_DELAY", 0.05)
+    listings: list[int] = []
+
+    async def walk_all_stores(*_: Any) -> cover_set.CoverSet:
+        listings.append(1)
+        out = cover_set.CoverSet()
+        if stored_elsewhere:
+            out.add(cover_set.Fragment(pb.Fragment(journal=JOURNAL, begin=0, end=14)))
+        return out
+
+    monkeypatch.setattr(replica.index, "walk_all_stores", walk_all_stores)
+    host = FakeHost()
+    rep = replica.Replica(JOURNAL, host, primary=False, create_revision=1, pulse_interval=3600)
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(rep.serve())
+        await _broken_with_an_unconfirmed_tail(host, rep)
+        before = len(listings)
+        rep.settle_held(14, adopt=False)
+        assert host.completed == []  # Not yet: a listing decides.
+        await asyncio.wait_for(host.completion.wait(), 5)
+        assert len(listings) > before  # A listing asked for after the delay.
+        assert host.completed == [(0, 9 if stored_elsewhere else 14, True)]
+        rep.stop()
+
+
+async def test_a_stopping_replica_releases_a_held_tail_still_in_doubt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(replica, "DOUBT_DELAY", 3600)
+    host = FakeHost()
+    rep = replica.Replica(JOURNAL, host, primary=False, create_revision=1, pulse_interval=3600)
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(rep.serve())
+        await _broken_with_an_unconfirmed_tail(host, rep)
+        rep.settle_held(14, adopt=False)
+        rep.stop()
+    assert host.completed[0] == (0, 9, True)  # Only what was confirmed.
 
 
 async def test_a_stopping_replica_releases_what_it_holds_back() -> None:

@@ -64,6 +64,8 @@ class Index:
     ):
         self._set = cover_set.CoverSet()
         self._local = cover_set.CoverSet()
+        # The last store listing as it came (local fragments may hide some of it in _set).
+        self._listed_remote = cover_set.CoverSet()
         self._signer = signer
         self._clock = clock
         self._on_hole = on_hole
@@ -159,6 +161,23 @@ class Index:
         """A snapshot of every fragment (safe to keep: later changes don't alter it)."""
         return self._set.copy()
 
+    async def next_listing(self) -> None:
+        """Wait until the next store listing is applied (or the index is closed)."""
+        await self._listed.wait()
+
+    def stored_covers(self, begin: int, end: int) -> bool:
+        """Whether the last store listing alone (no local spool) covers [begin, end)."""
+        at = begin
+        while at < end:
+            reach = max(
+                (f.spec.end for f in self._listed_remote if f.spec.begin <= at < f.spec.end),
+                default=at,
+            )
+            if reach == at:
+                return False
+            at = reach
+        return True
+
     @property
     def first_refresh_done(self) -> bool:
         return self._first_refresh.is_set()
@@ -186,6 +205,7 @@ class Index:
         Local fragments that the listing now covers are dropped (their files stay
         open until the last reader lets go); the others are kept on top.
         """
+        self._listed_remote = remote.copy()
         self._local = cover_set.difference(self._local, remote)
         for frag in self._local:
             if not remote.add(frag):

@@ -238,19 +238,10 @@ class Spool:
         A failure is logged, not raised: every member holds the content, and only
         its recovery after the whole route crashed depends on the record.
         """
-        f = self.file if file is None else file
-        if f is None or f.record is None:
+        write = self._confirmed_writer(file, end)
+        if write is None:
             return
-        record = f.record
-        if end is None:
-            end = self.confirmed_end
         worker = self.config.workers.for_directory(self.config.directory)
-
-        def write() -> None:
-            if self.config.sync:
-                os.fdatasync(f.fileno())
-            record.set_confirmed(end, sync=self.config.sync)
-
         if not wait:
             worker.post(write)
             return
@@ -258,8 +249,33 @@ class Spool:
             await worker.run(write, self.config.write_timeout)
         except (OSError, TimeoutError) as e:
             log.warning(
-                "journal %s: confirmed end %d not recorded on disk: %s", self.journal, end, e
+                "journal %s: confirmed end %d not recorded on disk: %s",
+                self.journal,
+                self.confirmed_end if end is None else end,
+                e,
             )
+
+    def post_confirmed(self) -> None:
+        """Queue writing the confirmed end into the file's record (see record_confirmed)."""
+        if (write := self._confirmed_writer(None, None)) is not None:
+            self.config.workers.for_directory(self.config.directory).post(write)
+
+    def _confirmed_writer(
+        self, file: files.SpoolFile | None, end: int | None
+    ) -> Callable[[], None] | None:
+        f = self.file if file is None else file
+        if f is None or f.record is None:
+            return None
+        record = f.record
+        at = self.confirmed_end if end is None else end
+        sync = self.config.sync
+
+        def write() -> None:
+            if sync:
+                os.fdatasync(f.fileno())
+            record.set_confirmed(at, sync=sync)
+
+        return write
 
     async def forget_file(self) -> None:
         """Remove a recoverable spool file's names: its content is stored (or dropped)."""

@@ -63,6 +63,11 @@ DEFAULT_RECOVERY_DELAY = 20.0
 CONFIRM_DELAY = 0.02
 # The first back-off between store listings asked for by reads of one hole.
 HOLE_LISTING_BACKOFF = 0.5
+# How long a held tail that the route went on from without this broker's word
+# waits before a store listing decides it (settle_held): time enough for the
+# members that did confirm that range to store it (the persister's replica delay
+# is 2 s).
+DOUBT_DELAY = 5.0
 
 
 class ReplicaHost(Protocol):
@@ -139,6 +144,8 @@ class Replica:
         self._store_at_once = 0
         # Completed spools with content no route has confirmed (see spool_complete).
         self._held: list[spool.Spool] = []
+        # Held spools waiting for a store listing to decide them (_decide_doubtful).
+        self._doubtful: dict[spool.Spool, asyncio.Task[None]] = {}
         self._refresh_now = asyncio.Event()
         # Monotonic time at which the newest applied store listing was started.
         self.listed_at = -1.0
@@ -181,32 +188,75 @@ class Replica:
     def settle_held(self, head: int, *, adopt: bool) -> None:
         """A pipeline synchronised at ``head``: decide the spools held back.
 
-        With ``adopt``, the route went on from content of ours that ends at
-        ``head`` (we are its primary, or told the primary our end): held spools
-        that chain back from ``head`` are the journal's and stored whole. Every
-        other held spool can no longer become the journal's: its confirmed
-        part is stored and the rest quarantined.
+        Held spools that chain back from ``head`` are content the route went on
+        from. With ``adopt``, it went on from ours (we are its primary, or told
+        the primary our end): they are the journal's and stored whole. Without,
+        the primary had that end from elsewhere: from another holder of the same
+        content (the chaos suite's sigkill-rapid: a member that rolled to our
+        reported end under an earlier primary, then became primary), or from
+        other content that happens to end at the same offset. A store listing
+        tells them apart after DOUBT_DELAY (_decide_doubtful): a range nobody
+        stored is ours to store, or the journal keeps a hole that stalls every
+        reader. Every other held spool can no longer become the journal's: its
+        confirmed part is stored and the rest quarantined.
         """
         if not self._held:
             return
         held, self._held = self._held, []
         for sp in reversed(held):
-            if adopt and sp.end == head:
-                log.info(
-                    "journal %s: [%d, %d) confirmed by a synchronised pipeline",
-                    self.journal,
-                    sp.begin,
-                    sp.end,
-                )
-                sp.confirmed_end = sp.end
-                head = sp.begin
+            if sp.end != head or head < 0:
                 self.host.spool_complete(sp, True)
-            else:
-                self.host.spool_complete(sp, True)
+                continue
+            head = sp.begin
+            if adopt:
+                self._adopt(sp, "confirmed by a synchronised pipeline")
+                continue
+            log.info(
+                "journal %s: the route went on from the end of held [%d, %d) without"
+                " this broker's word; it is stored in %.0fs unless a store holds it by then",
+                self.journal,
+                sp.confirmed_end,
+                sp.end,
+                DOUBT_DELAY,
+            )
+            self._doubtful[sp] = asyncio.get_running_loop().create_task(
+                self._decide_doubtful(sp), name=f"held tail of {self.journal}"
+            )
+
+    def _adopt(self, sp: spool.Spool, why: str) -> None:
+        log.info("journal %s: [%d, %d) %s", self.journal, sp.begin, sp.end, why)
+        sp.confirmed_end = sp.end
+        sp.post_confirmed()  # A crash before it is stored must not quarantine it.
+        self.host.spool_complete(sp, True)
+
+    async def _decide_doubtful(self, sp: spool.Spool) -> None:
+        """Store held ``sp`` whole unless a fresh store listing covers its tail."""
+        await asyncio.sleep(DOUBT_DELAY)
+        asked = self._clock()
+        self.refresh_now()
+        while self.listed_at < asked:  # A store outage keeps it held, never lost.
+            await self.index.next_listing()
+            if self.stopping:
+                return  # release_held decides it.
+        del self._doubtful[sp]
+        if self.index.stored_covers(max(sp.begin, sp.confirmed_end), sp.end):
+            log.warning(
+                "journal %s: [%d, %d) held here is stored from another member; this copy is not",
+                self.journal,
+                sp.confirmed_end,
+                sp.end,
+            )
+            self.host.spool_complete(sp, True)
+        else:
+            self._adopt(sp, "is stored: the route went on from its end and no store held it")
 
     def release_held(self) -> None:
         """This replica's route is over: nothing held back can become the journal's."""
         self.settle_held(-1, adopt=False)
+        for sp, decide in list(self._doubtful.items()):
+            decide.cancel()
+            self.host.spool_complete(sp, True)
+        self._doubtful.clear()
 
     @contextlib.contextmanager
     def storing_at_once(self) -> Iterator[None]:
@@ -533,7 +583,7 @@ class Replica:
         # Where what we publish ends: content past it (an append whose acknowledgements
         # never came) is quarantined below, so the journal must go on from here, or
         # it would have a hole where that content was (chaos suite, make down/up).
-        head = min([sp.confirmed_end] + [h.confirmed_end for h in self._held])
+        head = min([sp.confirmed_end] + [h.confirmed_end for h in [*self._held, *self._doubtful]])
         # Roll to an empty fragment at the end: the last fragment goes to the persister.
         await sp.must_apply(pb.ReplicateRequest(proposal=_empty_at_end(sp), registers=sp.registers))
         self.release_held()
