@@ -339,13 +339,18 @@ def test_append_and_read_progress_on_stderr(gaz: Gaz, cluster: testing.BrokerClu
         stderr=subprocess.PIPE,
         env=_env(cluster),
     )
-    assert read.stdout is not None
-    assert read.stdout.read(13) == b"first\nsecond\n"
-    time.sleep(1.1)
-    gaz("journals", "append", "-l", "name=cli/slow", input=b"third\n")
-    assert read.stdout.read(6) == b"third\n"
-    read.send_signal(signal.SIGINT)
-    out, err_b = read.communicate(timeout=30)
+    try:
+        assert read.stdout is not None
+        assert read.stdout.read(13) == b"first\nsecond\n"
+        time.sleep(1.1)
+        gaz("journals", "append", "-l", "name=cli/slow", input=b"third\n")
+        assert read.stdout.read(6) == b"third\n"
+        read.send_signal(signal.SIGINT)
+        out, err_b = read.communicate(timeout=30)
+    finally:
+        if read.poll() is None:  # Ctrl-C was not enough: don't leave it to later tests.
+            read.kill()
+            read.communicate()
     assert out == b""
     assert read.returncode == 130
     assert re.search(r"^read 19 B \(", err_b.decode(), re.M), err_b

@@ -78,6 +78,29 @@ async def test_a_cancelled_read_leaves_the_reader_usable(
     await rr.close()
 
 
+async def test_a_cancelled_read_whose_stream_ends_quietly_is_not_retried(
+    fake: FakeBroker, jc: client.JournalClient
+) -> None:
+    # A cancelled task's RPC may end as a clean close rather than raise (gazctl
+    # `journals read --block` ignored a Ctrl-C once so): the read stops all the same.
+    rr = client.RetryReader(jc, pb.ReadRequest(journal="a/journal", offset=0, block=True))
+
+    async def quietly_ended() -> bytes:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            return b""
+        return b"never"
+
+    rr.reader.read = quietly_ended  # type: ignore[method-assign]
+    blocked = asyncio.ensure_future(rr.read())
+    await asyncio.sleep(0.05)
+    blocked.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(blocked, 5)
+    await rr.close()
+
+
 async def test_tail_read_starts_at_the_write_head(
     fake: FakeBroker, jc: client.JournalClient
 ) -> None:

@@ -18,6 +18,7 @@ import asyncio
 import dataclasses
 import hashlib
 import itertools
+import os
 import random
 import re
 import shutil
@@ -30,6 +31,7 @@ import pytest
 from gazette.broker import protocol as pb
 from gazette.broker import testing
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
+from gazette.broker.server import mend
 from gazette.broker.server.replica import DOUBT_DELAY
 from gazette.keyspace import testing as ks_testing
 
@@ -523,6 +525,43 @@ async def test_a_replica_stores_an_unconfirmed_tail_only_if_the_route_goes_on_fr
             stored = [p.name for p in (cluster.file_root / name).glob("*.raw")]
             assert any(ours in n for n in stored) == (how != "stored-elsewhere"), stored
             call.cancel()
+
+
+@pytest.mark.timeout(300)
+async def test_a_tail_kept_aside_everywhere_is_stored_once_the_journal_went_on_from_its_end(
+    etcd_server: ks_testing.EtcdServer, tmp_path: Any, cluster_factory: Any
+) -> None:
+    # Every holder of [10, 13) kept it aside (each crashed, or its route ended, before a
+    # proposal confirmed it), yet a primary went on from 13: the stores hold [0, 10)
+    # and [13, 20) and nothing else. A reader from 0 would stall at 10 for good; the
+    # broker stores its quarantined copy instead (server.mend) and the read goes on.
+    with cluster_factory(etcd_server, tmp_path, brokers=1) as cluster:
+        name = "faults/kept-aside"
+        for begin, data in ((0, b"0123456789"), (13, b"defghij")):
+            sha = hashlib.sha1(data).hexdigest()
+            path = cluster.file_root / name / f"{begin:016x}-{begin + len(data):016x}-{sha}.raw"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        aside = cluster[0].spool_dir / "quarantine" / "faults%2Fkept-aside"
+        aside.mkdir(parents=True)
+        tail = aside / f"{10:016x}-{13:016x}"
+        tail.write_bytes(b"abc")
+        kept_at = time.time() - 2 * mend.DELAY  # Kept aside well before the listings.
+        os.utime(tail, (kept_at, kept_at))
+        spec = testing.journal_spec(name, replication=1, stores=[cluster.store_url])
+        async with cluster.channel(0) as ch:
+            stub = _stub(ch)
+            assert (await testing.apply_specs(stub, spec)).status == pb.OK
+            expected = b"0123456789abcdefghij"
+            deadline = time.monotonic() + mend.INTERVAL * 3 + 30
+            got = b""
+            while len(got) < len(expected):
+                assert time.monotonic() < deadline, got
+                content, _ = await testing.read(stub, name, offset=len(got))  # Stops at 10.
+                got += content
+                await asyncio.sleep(0.5)
+            assert got == expected
+        assert not tail.exists()  # Stored, so no longer kept aside.
 
 
 @pytest.mark.timeout(300)

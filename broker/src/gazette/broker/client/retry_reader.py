@@ -160,6 +160,10 @@ class RetryReader:
                 await self.reader.close()
                 self._restart()
                 attempt = -1
+            if _cancel_requested():
+                # Our task was cancelled but the stream ended as if closed or failed
+                # (grpc.aio may end a cancelled call that way): stop, don't retry.
+                raise asyncio.CancelledError
             await self.client.clock.sleep(self.client.config.backoff.delay(attempt))
             attempt += 1
 
@@ -196,3 +200,8 @@ class RetryReader:
             if not data:
                 return
             yield data
+
+
+def _cancel_requested() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

@@ -165,6 +165,10 @@ class Index:
         """Wait until the next store listing is applied (or the index is closed)."""
         await self._listed.wait()
 
+    def listed_remote(self) -> cover_set.CoverSet:
+        """The last store listing as it came (a copy): local spools hide none of it."""
+        return self._listed_remote.copy()
+
     def stored_covers(self, begin: int, end: int) -> bool:
         """Whether the last store listing alone (no local spool) covers [begin, end)."""
         at = begin

@@ -79,6 +79,11 @@ JOURNAL_HEAD_RECOVERIES = prom.Counter(
     "gazette_journal_head_recoveries",
     "Journals resumed at the end of their persisted fragments after losing an unpersisted tail.",
 )
+QUARANTINED_TAILS_STORED = prom.Counter(
+    "gazette_spool_quarantined_tails_stored",
+    "Quarantined spool tails stored because their journal went on from their end and no"
+    " store held them.",
+)
 JOURNAL_FENCE_SKIPPED_BYTES = prom.Counter(
     "gazette_journal_fence_skipped_bytes",
     "Offsets skipped by journals resuming at their acknowledgement fence, past their persisted"

@@ -36,6 +36,7 @@ from gazette.broker.server import (
     errors,
     flow_control,
     isolation,
+    mend,
     pipeline,
     replica,
     resolver,
@@ -187,8 +188,26 @@ class Service:
         )
 
     async def run(self) -> None:
-        """Serve local replicas until :meth:`stop_replicas` (then they have shut down)."""
-        await self.replicas.run()
+        """Serve local replicas until :meth:`stop_replicas` (then they have shut down).
+
+        With a spool directory, quarantined tails are looked at meanwhile (see mend).
+        """
+        directory = self.config.spool.directory
+        if not directory:
+            await self.replicas.run()
+            return
+        mender = asyncio.get_running_loop().create_task(
+            mend.run(directory, self, self.config.spool), name="quarantined tails"
+        )
+        try:
+            await self.replicas.run()
+        finally:
+            mender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await mender
+
+    def local_replica(self, journal: str) -> replica.Replica | None:
+        return self.replicas.get(journal)
 
     def stop_replicas(self) -> None:
         """Shutdown: stop all local replicas; later resolutions to us fail."""
