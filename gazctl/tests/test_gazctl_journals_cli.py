@@ -105,6 +105,10 @@ def _gazctl_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "gazette.gazctl", *args]
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _contents(gaz: Gaz, names: list[str]) -> dict[str, bytes]:
     return {n: gaz("journals", "read", "-l", f"name={n}").stdout_bytes for n in names}
 
@@ -332,12 +336,16 @@ def test_append_and_read_progress_on_stderr(gaz: Gaz, cluster: testing.BrokerClu
     assert re.search(r"^appended 13 B, 2 records \([\d.]+ \w*B/s\)$", err, re.M), err
     assert "appended 2 lines to 1 journal(s)" in err
 
-    # A blocking read, fed again after a second, then interrupted.
+    # A blocking read, fed again after a second, then interrupted. The child starts
+    # with SIGINT at its default whatever this process inherited (a terminal's Ctrl-C;
+    # a child of a process that ignores SIGINT would ignore it too), and dumps its
+    # threads' stacks if it must be aborted (PYTHONFAULTHANDLER).
     read = subprocess.Popen(
         _gazctl_argv("journals", "read", "-l", "name=cli/slow", "--block", "--progress", "always"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=_env(cluster),
+        env={**_env(cluster), "PYTHONFAULTHANDLER": "1"},
+        preexec_fn=_default_sigint,
     )
     try:
         assert read.stdout is not None
@@ -346,9 +354,16 @@ def test_append_and_read_progress_on_stderr(gaz: Gaz, cluster: testing.BrokerClu
         gaz("journals", "append", "-l", "name=cli/slow", input=b"third\n")
         assert read.stdout.read(6) == b"third\n"
         read.send_signal(signal.SIGINT)
-        out, err_b = read.communicate(timeout=30)
+        try:
+            out, err_b = read.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            status = pathlib.Path(f"/proc/{read.pid}/status").read_text()
+            masks = [line for line in status.splitlines() if line.startswith("Sig")]
+            read.send_signal(signal.SIGABRT)
+            _, dump = read.communicate(timeout=30)
+            pytest.fail(f"Ctrl-C did not end the read ({masks}):\n{dump.decode()}")
     finally:
-        if read.poll() is None:  # Ctrl-C was not enough: don't leave it to later tests.
+        if read.poll() is None:  # Don't leave it to later tests.
             read.kill()
             read.communicate()
     assert out == b""
