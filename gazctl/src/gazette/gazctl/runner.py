@@ -43,9 +43,43 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
     if lazy.one_shot:
         client_metrics.disable()  # Nobody scrapes a one-shot process: skip prometheus_client.
     try:
-        return asyncio.run(coro)
+        return asyncio.run(_interruptible(coro))
     except BaseException as e:  # noqa: BLE001 - each kind is sorted out by _fail.
         _fail(_leaf(e))
+
+
+async def _interruptible(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``coro``; the first Ctrl-C cancels it (KeyboardInterrupt), a second kills.
+
+    asyncio.run's own SIGINT handler is a plain Python one: when the kernel hands the
+    signal to another thread (gRPC's), nothing wakes a loop idle in epoll, and a
+    blocking ``journals read`` ignored Ctrl-C until its next message (CI). A handler
+    of the loop's wakes it through its self-pipe, whichever thread took the signal.
+    """
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    interrupted = False
+
+    def on_sigint() -> None:
+        nonlocal interrupted
+        interrupted = True
+        loop.remove_signal_handler(signal.SIGINT)  # A second Ctrl-C: KeyboardInterrupt.
+        if main is not None:
+            main.cancel()
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    except (NotImplementedError, RuntimeError, ValueError):  # No signals here: as before.
+        return await coro
+    try:
+        return await coro
+    except asyncio.CancelledError:
+        if interrupted:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        if not interrupted:
+            loop.remove_signal_handler(signal.SIGINT)
 
 
 def _leaf(e: BaseException) -> BaseException:
