@@ -50,6 +50,7 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import itertools
 import os
 import pathlib
 import random
@@ -545,6 +546,49 @@ async def etcd_outage(params: Params, work_dir: pathlib.Path) -> Report:
 # --- (e) store outage --------------------------------------------------------------------
 
 
+def _store_down(root: pathlib.Path, away: pathlib.Path) -> None:
+    """Move the store root to ``away`` and put a plain file where it was.
+
+    A broker storing a fragment between the two steps makes the root again
+    (mkdir -p): that directory is moved aside whole (``<root>.late<n>``, merged back
+    by _merge_late) and the file put in place once the name is free.
+    """
+    root.rename(away)
+    placeholder = root.with_name(root.name + ".outage")
+    placeholder.write_text("the chaos suite's store outage\n")
+    for n in itertools.count():
+        try:
+            os.rename(placeholder, root)  # Refused while a directory holds the name.
+            return
+        except IsADirectoryError:
+            root.rename(root.with_name(f"{root.name}.late{n}"))
+
+
+def _store_up(root: pathlib.Path, away: pathlib.Path) -> None:
+    """Put the store root back, with whatever brokers stored under a re-made one."""
+    root.unlink()
+    for n in itertools.count(1000):
+        _merge_late(root, away)
+        try:
+            away.rename(root)  # Over an empty directory a broker just made, too.
+            return
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            root.rename(root.with_name(f"{root.name}.late{n}"))
+
+
+def _merge_late(root: pathlib.Path, away: pathlib.Path) -> None:
+    """Move what brokers stored under a re-made root (see _store_down) into ``away``."""
+    for late in sorted(root.parent.glob(f"{root.name}.late*")):
+        for path in sorted(late.rglob("*")):
+            if path.is_file() and not path.name.startswith(".partial-"):
+                target = away / path.relative_to(late)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(path, target)
+        shutil.rmtree(late)
+
+
 async def store_outage(params: Params, work_dir: pathlib.Path) -> Report:
     """Move the ``file://`` root away and put a plain file in its place, then restore it."""
 
@@ -552,14 +596,12 @@ async def store_outage(params: Params, work_dir: pathlib.Path) -> Report:
         root = cluster.brokers.file_root
         away = root.with_name(root.name + ".away")
         for k in range(params.store_rounds):
-            root.rename(away)
-            root.write_text("the chaos suite's store outage\n")
+            _store_down(root, away)
             run.fault(f"store-down{k + 1}")
             try:
                 await asyncio.sleep(params.store_outage_s)
             finally:
-                root.unlink()
-                away.rename(root)
+                _store_up(root, away)
             run.fault(f"store-back{k + 1}")
             await run.expect_writable(f"store restored {k + 1}", 30)
             await asyncio.sleep(params.spacing_s)
