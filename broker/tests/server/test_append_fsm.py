@@ -691,14 +691,20 @@ async def test_a_failed_acknowledgement_asks_the_replica_to_persist_now() -> Non
     assert deps.replica.flushes == 1 and "peer gone" in str(fsm.err)
 
 
-async def test_a_failure_after_the_commit_went_out_says_the_outcome_is_unknown() -> None:
-    # A member may have committed it, and the next pipeline goes on from its content.
-    deps = FakeDeps()
+async def _commit_sent(deps: FakeDeps) -> AppendFSM:
+    """An FSM whose append of b"abc" streamed and whose commit went out."""
     fsm = await _at_preconditions(deps)
     await step_expect(fsm, State.STREAM_CONTENT)
     for req in (pb2.AppendRequest(content=b"abc"), pb2.AppendRequest(), None):
         await fsm.on_stream_content(req, None)
     assert fsm.commit_sent
+    return fsm
+
+
+async def test_a_failure_after_the_commit_went_out_says_the_outcome_is_unknown() -> None:
+    # A member may have committed it, and the next pipeline goes on from its content.
+    deps = FakeDeps()
+    fsm = await _commit_sent(deps)
     deps.pln._recv_err = RuntimeError("peer gone")
     await step_expect(fsm, State.ERROR)
     assert str(fsm.err).endswith(errors.OUTCOME_UNKNOWN), fsm.err
@@ -727,11 +733,7 @@ async def test_a_commit_sent_before_a_peer_ended_never_says_it_was_not_sent() ->
     # noted the ended peer. A's answer read that note and said "(before the commit was
     # sent)" although A was in the journal.
     deps = FakeDeps()
-    fsm = await _at_preconditions(deps)
-    await step_expect(fsm, State.STREAM_CONTENT)
-    for req in (pb2.AppendRequest(content=b"abc"), pb2.AppendRequest(), None):
-        await fsm.on_stream_content(req, None)
-    assert fsm.commit_sent
+    fsm = await _commit_sent(deps)
     deps.pln.peer_ended = RuntimeError("UNAVAILABLE: no space left on device")
     await deps.pln.note_ended_peers()  # As the next append does.
     await step_expect(fsm, State.ERROR)

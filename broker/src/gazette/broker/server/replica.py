@@ -204,7 +204,7 @@ class Replica:
             return
         held, self._held = self._held, []
         for sp in reversed(held):
-            if sp.end != head or head < 0:
+            if sp.end != head:  # (release_held's head, -1, is no spool's end.)
                 self.host.spool_complete(sp, True)
                 continue
             head = sp.begin
