@@ -31,7 +31,8 @@ $(VENV)/.installed: constraints.txt requirements/dev.in $(foreach m,$(MEMBERS),$
 	@echo "installing the virtualenv in $(VENV) (every member and the dev tools; a few minutes the first time)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --disable-pip-version-check "uv==$$(sed -n 's/^uv==//p' requirements/tools.txt)"
-	$(UV) pip install --python $(PY) -c constraints.txt -r requirements/dev.in
+	@e2e/pyspark-wheel.sh $(PY) "$$(sed -n 's/^pyspark==//p' constraints.txt)"
+	$(UV) pip install --python $(PY) -c constraints.txt --find-links "$$(e2e/cache-root.sh wheels)" -r requirements/dev.in
 	@touch $@
 
 .PHONY: install

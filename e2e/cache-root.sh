@@ -11,8 +11,8 @@
 # /VERSION appended when given. It creates nothing. Every user resolves the root here:
 # e2e/apiserver (k8s), e2e/helm (helm, kwok), e2e/kind (kind),
 # broker/tests/interop/go (go-gazette-bin), consumer/tests/interop/go
-# (go-gazette-msg), broker/tests/fragment (fake-gcs-server, azurite). The Spark jars
-# live beside them (gazette/spark-jars, spark/jars/fetch.py).
+# (go-gazette-msg), broker/tests/fragment (fake-gcs-server, azurite), e2e/pyspark-wheel.sh
+# (wheels). The Spark jars live beside them (gazette/spark-jars, spark/jars/fetch.py).
 set -eu
 root="${GAZETTE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gazette}"
 for part in "$@"; do
