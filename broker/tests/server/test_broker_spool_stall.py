@@ -83,6 +83,27 @@ async def _still_serving(stub: pb2_grpc.JournalAsyncStub, ready_url: str) -> Non
         assert r.status == 200
 
 
+async def _append_once_the_disk_answers(
+    stub: pb2_grpc.JournalAsyncStub, journal: str, data: bytes, within: float = 20.0
+) -> pb.AppendResponse:
+    """Appends ``data``, retrying while the broker still reports the stalled write.
+
+    The write stuck in the kernel returns a moment after the disk is unstalled; until
+    it has, an append that writes to the spool is refused as stalled (a zero-byte one,
+    as ``wait_writable`` sends, writes nothing and succeeds). Any other failure, or
+    the stall outlasting ``within``, fails the test.
+    """
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return await testing.append(stub, journal, [data])
+        except grpc.aio.AioRpcError as e:
+            stalled = e.code() == grpc.StatusCode.UNAVAILABLE and "stalled" in (e.details() or "")
+            if not stalled or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.1)
+
+
 @pytest.mark.timeout(120)
 async def test_a_stalled_spool_disk_fails_appends_in_bounded_time_and_nothing_else(
     etcd_server: ks_testing.EtcdServer, tmp_path: pathlib.Path
@@ -141,7 +162,7 @@ async def test_a_stalled_spool_disk_fails_appends_in_bounded_time_and_nothing_el
                     # meet the pipeline it broke, hence the retries).
                     for j in (STUCK, OTHER):
                         await testing.wait_writable(stub, j, within=20)
-                        resp = await testing.append(stub, j, [b"after\n"])
+                        resp = await _append_once_the_disk_answers(stub, j, b"after\n")
                         assert resp.status == pb.OK, resp
                         content, _ = await testing.read(stub, j, 0, end_offset=resp.commit.end)
                         assert content.startswith(b"before\n") and content.endswith(b"after\n")
