@@ -102,16 +102,21 @@ system-packages: ## Install the Debian packages the tests need (FUSE, iproute2) 
 	  fi
 
 .PHONY: tools
-tools: system-packages ## Build, once, every tool the tests run (Kubernetes binaries, helm, kwok, kind, Go Gazette, the Go message/recovery-log/consumer programs, fake-gcs-server) into the tool cache outside the checkout.
-	@command -v go >/dev/null || { echo "make tools: no go on PATH; the tests that need Go tools will say so"; exit 0; }; \
+tools: system-packages $(VENV)/.installed ## Build, once, every tool the tests run (Kubernetes binaries, helm, kwok, kind, Go Gazette, the Go message/recovery-log/consumer programs, fake-gcs-server, Azurite) into the tool cache outside the checkout; prints each with its time.
+	@step() { name=$$1; shift; t0=$$(date +%s); echo "make tools: $$name ..."; \
+	    "$$@" >/dev/null || { echo "make tools: $$name FAILED after $$(( $$(date +%s) - t0 ))s"; return 1; }; \
+	    echo "make tools: $$name ready in $$(( $$(date +%s) - t0 ))s"; }; \
 	  set -e; \
-	  e2e/apiserver/build.sh; \
-	  e2e/helm/build.sh "" helm kwok kind >/dev/null; \
-	  broker/tests/interop/go/build.sh >/dev/null; \
-	  consumer/tests/interop/go/build.sh gazette-msg >/dev/null; \
-	  consumer/tests/interop/go/build.sh gazette-rlog >/dev/null; \
-	  consumer/tests/interop/go/build.sh gazette-consumer >/dev/null; \
-	  broker/tests/fragment/emulators/fake-gcs/build.sh >/dev/null
+	  if command -v npm >/dev/null; then step "Azurite (npm)" $(PY) broker/tests/fragment/emulator_servers.py; \
+	  else echo "make tools: no npm on PATH; the azure:// store tests will say so"; fi; \
+	  command -v go >/dev/null || { echo "make tools: no go on PATH; the tests that need Go tools will say so"; exit 0; }; \
+	  step "kube-apiserver, kubectl, controller-manager, scheduler, etcd 3.6" e2e/apiserver/build.sh; \
+	  step "helm, kwok, kind" e2e/helm/build.sh "" helm kwok kind; \
+	  step "Go Gazette (brokers, gazctl, load generator)" broker/tests/interop/go/build.sh; \
+	  step "Go message program" consumer/tests/interop/go/build.sh gazette-msg; \
+	  step "Go recovery-log program" consumer/tests/interop/go/build.sh gazette-rlog; \
+	  step "Go consumer" consumer/tests/interop/go/build.sh gazette-consumer; \
+	  step "fake-gcs-server" broker/tests/fragment/emulators/fake-gcs/build.sh
 
 .PHONY: apiserver
 apiserver: ## Build kube-apiserver, kubectl, kube-controller-manager, kube-scheduler and etcd 3.6 into the tool cache's k8s/<version>/bin (Go; slow once).

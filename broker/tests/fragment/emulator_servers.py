@@ -187,3 +187,8 @@ def Azurite(work: pathlib.Path, *, oauth: bool = False) -> Iterator[str]:
     endpoint = f"{scheme}://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
     with _running(argv, f"{endpoint}?comp=list", work, context=context):
         yield endpoint
+
+
+if __name__ == "__main__":
+    # `make tools`: install Azurite into the tool cache ahead of the tests; print its path.
+    print(azurite_binary())

