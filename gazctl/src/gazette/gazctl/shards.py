@@ -3,7 +3,8 @@
 Gazette's ``cmd/gazctl/gazctlcmd/shards_*.go``:
 
 - ``list``: shards as a table (id, status reduced over replicas, primary,
-  replicas, label columns), as JSON, or as the shard YAML that ``apply`` takes;
+  replicas, label columns, ``--lag``), as JSON, or as the shard YAML that
+  ``apply`` takes;
 - ``apply`` and ``edit`` (:mod:`~gazette.gazctl.shards_specs`): create,
   update and delete ShardSpecs from that YAML (:mod:`~gazette.gazctl.shardspace`);
 - ``recover`` and ``prune`` (:mod:`~gazette.gazctl.shards_recovery`): play a
@@ -20,7 +21,9 @@ helpers they share are in :mod:`~gazette.gazctl.shards_api`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import dataclasses
+from collections.abc import Mapping, Sequence
 
 import click
 from google.protobuf import json_format
@@ -57,8 +60,96 @@ def _reduced(statuses: Sequence[pc.ReplicaStatus]) -> str:
     return _CODE_NAMES.get(code, str(code))
 
 
-def _table(resp: pc.ListResponse, label_columns: Sequence[str], rf: bool) -> str:
+#: Shards whose lag is fetched at once.
+_LAG_CONCURRENCY = 16
+#: Seconds one shard's Stat may take (a primary still recovering its store answers late).
+_STAT_TIMEOUT = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Lag:
+    """Where a shard's primary has read (and committed) through each of its sources."""
+
+    #: (journal, read through, write head, or why the head is unknown), by journal name.
+    sources: tuple[tuple[str, int, int | str], ...] = ()
+    #: Why the shard could not be asked (no primary, not answering).
+    error: str = ""
+
+    def column(self) -> str:
+        """Gazette's form: ``journal:bytes unread, ...``."""
+        if self.error:
+            return f"<{self.error}>"
+        return ", ".join(
+            f"{j}:{head - read}" if isinstance(head, int) else f"{j}:<{head}>"
+            for j, read, head in self.sources
+        )
+
+    def comment(self) -> str:
+        if self.error:
+            return f"lag unknown: {self.error}"
+        return "; ".join(
+            f"{j} read through {read}, "
+            + (f"lag {head - read} bytes" if isinstance(head, int) else f"head unknown: {head}")
+            for j, read, head in self.sources
+        )
+
+
+async def _lags(
+    address: str, broker: options.BrokerOptions, shards: Sequence[pc.ListResponse.Shard]
+) -> dict[str, _Lag]:
+    """Each shard's lag: its primary's read-through offsets (Stat) against its sources'
+    write heads (read once per journal, however many shards read it)."""
+    from gazette.broker import client
+    from gazette.gazctl.journals import heads
+
+    limit = asyncio.Semaphore(_LAG_CONCURRENCY)
+    writes: dict[str, asyncio.Task[int]] = {}
+    async with (
+        shards_api.ShardClient(address) as sc,
+        client.JournalClient(broker.client_config()) as jc,
+    ):
+
+        async def head(journal: str) -> int | str:
+            task = writes.get(journal)
+            if task is None:
+                task = writes[journal] = asyncio.ensure_future(heads.write_head(jc, journal))
+            try:
+                return await task
+            except client.errors.ClientError as e:
+                return str(e).splitlines()[0][:80]
+
+        async def one(shard: pc.ListResponse.Shard) -> _Lag:
+            async with limit:
+                try:
+                    async with asyncio.timeout(_STAT_TIMEOUT):
+                        stat = await sc.stat(shard.spec.id)
+                except shards_api.ShardStatusError as e:
+                    return _Lag(error=pc.Status.Name(e.status))  # type: ignore[arg-type]
+                except shards_api.ShardRPCError as e:
+                    return _Lag(error=e.code.name)
+                except TimeoutError:
+                    return _Lag(error=f"no answer in {_STAT_TIMEOUT:g}s")
+            sources = sorted({src.journal for src in shard.spec.sources})
+            found = await asyncio.gather(*(head(j) for j in sources))
+            return _Lag(
+                tuple(
+                    (j, stat.read_through.get(j, 0), h) for j, h in zip(sources, found, strict=True)
+                )
+            )
+
+        done = await asyncio.gather(*(one(sh) for sh in shards))
+    return {sh.spec.id: lag for sh, lag in zip(shards, done, strict=True)}
+
+
+def _table(
+    resp: pc.ListResponse,
+    label_columns: Sequence[str],
+    rf: bool,
+    lags: Mapping[str, _Lag] | None = None,
+) -> str:
     header = ["ID", "Status", *(["RF"] if rf else []), "Primary", "Replicas", *label_columns]
+    if lags is not None:
+        header.append("Lag")
     rows = []
     for shard in resp.shards:
         route, statuses = shard.route, list(shard.status)
@@ -75,6 +166,8 @@ def _table(resp: pc.ListResponse, label_columns: Sequence[str], rf: bool) -> str
             row.append("0" if shard.spec.disable else str(shard.spec.hot_standbys + 1))
         row += [primary, ",".join(replicas)]
         row += [",".join(pb.values_of(shard.spec.labels, c)) for c in label_columns]
+        if lags is not None:
+            row.append(lags[shard.spec.id].column())
         rows.append(row)
     return output.table(header, rows)
 
@@ -95,7 +188,24 @@ def _table(resp: pc.ListResponse, label_columns: Sequence[str], rf: bool) -> str
     "-L", "--label-columns", default="", help="Labels to show as columns, comma separated."
 )
 @click.option("--rf", is_flag=True, help="Show each shard's replication factor.")
-def list_cmd(address: str, selector: str, fmt: str, label_columns: str, rf: bool) -> None:
+@click.option(
+    "--lag",
+    is_flag=True,
+    help="Show the bytes each shard has yet to read of each source journal (its "
+    "primary's committed read offset against the journal's write head): a Lag column, "
+    "or a comment per shard with -o yaml. Asks every selected shard's primary and "
+    "every source's broker: narrow it with -l on many shards.",
+)
+@options.broker_options
+def list_cmd(
+    broker: options.BrokerOptions,
+    address: str,
+    selector: str,
+    fmt: str,
+    label_columns: str,
+    rf: bool,
+    lag: bool,
+) -> None:
     """List shards, optionally restricted by a label selector (on their labels and 'id').
 
     `-o yaml` prints the shard YAML that `gazctl shards apply` takes, with each
@@ -104,13 +214,17 @@ def list_cmd(address: str, selector: str, fmt: str, label_columns: str, rf: bool
     \b
     Examples:
       gazctl shards list --consumer.address http://localhost:8090
+      gazctl shards list -l app=word-count --lag
       gazctl shards list -l id=chunks-part-000 -o json
       gazctl shards list -l app=word-count -o yaml > shards.yaml
     """
     sel = options.parse_selector(selector)
+    if lag and fmt == "json":
+        raise click.UsageError("--lag shows in the table and in -o yaml, not in -o json")
 
     async def go() -> None:
         resp = await _list(address, sel)
+        lags = await _lags(address, broker, resp.shards) if lag else None
         if fmt == "json":
             click.echo(
                 json_format.MessageToJson(
@@ -120,10 +234,14 @@ def list_cmd(address: str, selector: str, fmt: str, label_columns: str, rf: bool
                 )
             )
         elif fmt == "yaml":
-            click.echo(shardspace.dump(shardspace.from_list_response(resp)), nl=False)
+            space = shardspace.from_list_response(resp)
+            if lags is not None:  # A comment is the field `apply` ignores.
+                for sh in space.shards:
+                    sh.comment = lags[sh.spec.id].comment()
+            click.echo(shardspace.dump(space), nl=False)
         else:
             columns = [c for c in label_columns.split(",") if c]
-            click.echo(_table(resp, columns, rf), nl=False)
+            click.echo(_table(resp, columns, rf, lags), nl=False)
 
     runner.run(go())
 

@@ -324,6 +324,11 @@ class ShardClient:
         resp: pc.ListResponse = await self._call("List", pc.ListRequest(selector=selector))
         return resp
 
+    async def stat(self, shard: str) -> pc.StatResponse:
+        """The offsets ``shard``'s primary has read (and committed) through, per journal."""
+        resp: pc.StatResponse = await self._call("Stat", pc.StatRequest(shard=shard), shard)
+        return resp
+
     async def apply(self, request: pc.ApplyRequest, max_txn_size: int = 0) -> pc.ApplyResponse:
         """Apply ``request`` in one etcd transaction, or in batches of ``max_txn_size``.
 

@@ -1,0 +1,179 @@
+"""``gazctl shards list --lag`` against a real broker and a consumer process reading.
+
+Real parts: etcd, an in-process broker, and an in-process consumer process whose
+one shard counts JSON messages into an in-memory store. The application holds
+its messages at a gate: the lag shows what the shard has yet to read, then falls
+to 0 once the gate opens and the shard catches up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import re
+import time
+from collections.abc import Collection
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from google.protobuf import duration_pb2
+
+from gazette import keyspace, message
+from gazette.broker import client, testing
+from gazette.broker import protocol as pb
+from gazette.broker.client import AsyncOperation
+from gazette.broker.server import testing as server_testing
+from gazette.consumer import protocol as pc
+from gazette.consumer import runtime
+from gazette.consumer import testing as consumer_testing
+from gazette.gazctl import cli
+from gazette.keyspace import testing as ks_testing
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+SOURCE = "lag/in"
+PREFIX = "/gazette/consumers/gazctl-lag"
+NDJSON = pb.CONTENT_TYPE_JSON_LINES
+
+
+class Num(message.JSONMessage):
+    pass
+
+
+class _Store:
+    """A checkpoint kept in memory: enough for a shard to commit transactions."""
+
+    def __init__(self) -> None:
+        self.checkpoint = pc.Checkpoint()
+
+    async def restore_checkpoint(self, shard: runtime.Shard) -> pc.Checkpoint:
+        return self.checkpoint
+
+    def start_commit(
+        self, shard: runtime.Shard, cp: pc.Checkpoint, wait_for: Collection[AsyncOperation]
+    ) -> AsyncOperation:
+        async def commit() -> None:
+            for op in wait_for:
+                await op.wait()
+            self.checkpoint = cp
+
+        return shard.run_operation("commit", commit())
+
+    async def destroy(self) -> None:
+        pass
+
+
+class GatedCount:
+    """Counts messages, each only once ``gate`` is open."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.seen = 0
+
+    async def new_store(self, shard: runtime.Shard) -> runtime.Store:
+        return _Store()
+
+    def new_message(self, spec: pb.JournalSpec) -> message.Message:
+        return Num()
+
+    async def consume_message(
+        self, shard: Any, store: Any, env: message.Envelope, pub: message.Publisher
+    ) -> None:
+        await self.gate.wait()
+        self.seen += 1
+
+    async def finalize_txn(self, shard: Any, store: Any, pub: message.Publisher) -> None:
+        pass
+
+
+async def _gaz(broker: str, consumer: str, *args: str) -> Result:
+    env = {"BROKER_ADDRESS": broker, "CONSUMER_ADDRESS": consumer}
+    result = await asyncio.to_thread(CliRunner().invoke, cli.gazctl, list(args), env=env)
+    assert result.exit_code == 0, f"gazctl {' '.join(args)}: {result.output}"
+    return result
+
+
+async def test_lag_shows_unread_bytes_and_falls_to_zero_once_caught_up(
+    etcd: Any, etcd_server: ks_testing.EtcdServer, tmp_path: pathlib.Path
+) -> None:
+    async with (
+        server_testing.InProcessCluster(etcd_server.endpoint, work_dir=tmp_path, brokers=1) as c,
+        client.JournalClient(client.ClientConfig(address=c[0].endpoint)) as jc,
+    ):
+        spec = testing.journal_spec(SOURCE, labels=[(pb.LABEL_CONTENT_TYPE, NDJSON)])
+        await client.apply_journals(
+            jc, pb.ApplyRequest(changes=[pb.ApplyRequest.Change(upsert=spec)])
+        )
+        async with asyncio.timeout(30):
+            while True:
+                try:
+                    await asyncio.wait_for(client.append(jc, SOURCE, b""), 5)
+                    break
+                except (client.errors.ClientError, TimeoutError):
+                    await asyncio.sleep(0.1)
+        shard = pc.ShardSpec(id="shard-lag")
+        shard.sources.add(journal=SOURCE)
+        shard.max_txn_duration.CopyFrom(duration_pb2.Duration(nanos=100_000_000))
+        await keyspace.apply_changes(etcd, PREFIX, [("shard-lag", shard.SerializeToString(), 0)])
+
+        app = GatedCount()
+        args = consumer_testing.argv(etcd=etcd_server.endpoint, broker=c[0].endpoint, prefix=PREFIX)
+        async with consumer_testing.serving(args, app) as srv:
+            broker, consumer = c[0].endpoint, srv.endpoint
+            body = b"".join(
+                b'{"UUID":"00000000-0000-0000-0000-000000000000","n":%d}\n' % i for i in range(50)
+            )
+            head = (await client.append(jc, SOURCE, body)).commit.end
+
+            # Held at the gate: nothing is committed, so the whole journal is unread.
+            deadline = time.monotonic() + 30
+            while True:
+                out = (await _gaz(broker, consumer, "shards", "list", "--lag")).output
+                if f"{SOURCE}:{head}" in out:
+                    break
+                assert time.monotonic() < deadline, out
+                await asyncio.sleep(0.2)
+            assert re.search(r"^ID\s+Status\s+Primary\s+Replicas\s+Lag$", out, re.M), out
+            yaml_out = (
+                await _gaz(broker, consumer, "shards", "list", "--lag", "-o", "yaml")
+            ).output
+            assert f"comment: {SOURCE} read through 0, lag {head} bytes" in yaml_out, yaml_out
+
+            app.gate.set()
+            deadline = time.monotonic() + 30
+            while True:
+                out = (await _gaz(broker, consumer, "shards", "list", "--lag")).output
+                if f"{SOURCE}:0" in out:
+                    break
+                assert time.monotonic() < deadline, out
+                await asyncio.sleep(0.2)
+            assert app.seen == 50
+            yaml_out = (
+                await _gaz(broker, consumer, "shards", "list", "--lag", "-o", "yaml")
+            ).output
+            assert f"comment: {SOURCE} read through {head}, lag 0 bytes" in yaml_out, yaml_out
+
+
+async def test_lag_of_a_shard_without_a_primary_says_why(
+    etcd: Any, etcd_server: ks_testing.EtcdServer, tmp_path: pathlib.Path
+) -> None:
+    async with server_testing.InProcessCluster(
+        etcd_server.endpoint, work_dir=tmp_path, brokers=1
+    ) as c:
+        shard = pc.ShardSpec(id="shard-off", disable=True)
+        shard.sources.add(journal=SOURCE)
+        shard.max_txn_duration.CopyFrom(duration_pb2.Duration(seconds=1))
+        prefix = PREFIX + "-off"
+        await keyspace.apply_changes(etcd, prefix, [("shard-off", shard.SerializeToString(), 0)])
+        args = consumer_testing.argv(etcd=etcd_server.endpoint, broker=c[0].endpoint, prefix=prefix)
+        async with consumer_testing.serving(args, consumer_testing.DisabledShards()) as srv:
+            out = (await _gaz(c[0].endpoint, srv.endpoint, "shards", "list", "--lag")).output
+            assert re.search(r"shard-off\s+.*<NO_SHARD_PRIMARY>", out), out
+            bad = await asyncio.to_thread(
+                CliRunner().invoke,
+                cli.gazctl,
+                ["shards", "list", "--lag", "-o", "json"],
+                env={"CONSUMER_ADDRESS": srv.endpoint},
+            )
+            assert bad.exit_code == 2 and "--lag shows in the table" in bad.output, bad.output
