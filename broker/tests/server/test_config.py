@@ -160,7 +160,8 @@ def test_help_states_each_default_once() -> None:
     for dest, text in helps.items():
         assert text.count("(default:") == 1, (dest, text)
     assert helps["broker.id"] == (
-        "Unique suffix of this broker within its zone (default: a random petname) [$BROKER_ID]"
+        "Unique suffix of this broker within its zone: 4-128 letters, digits or -_+/."
+        " (default: a random petname) [$BROKER_ID]"
     )
     assert helps["broker.zone"].endswith("[$BROKER_ZONE] (default: local)")
     assert helps["broker.watch_delay_s"].endswith("(default: 30ms)")
@@ -176,7 +177,8 @@ def test_help_shows_a_default_set_by_the_environment() -> None:
     parser = config.build_parser(env={"BROKER_ID": "bob", "BROKER_ZONE": "local"})
     helps = {a.dest: a.help or "" for a in parser._actions}
     assert helps["broker.id"] == (
-        "Unique suffix of this broker within its zone [$BROKER_ID] (default: bob, from $BROKER_ID)"
+        "Unique suffix of this broker within its zone: 4-128 letters, digits or -_+/."
+        " [$BROKER_ID] (default: bob, from $BROKER_ID)"
     )
     assert helps["broker.zone"].endswith("(default: local, from $BROKER_ZONE)")
 
