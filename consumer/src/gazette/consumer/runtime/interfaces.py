@@ -139,7 +139,13 @@ class Application(Protocol):
     async def consume_message(
         self, shard: Shard, store: Store, envelope: message.Envelope, publisher: message.Publisher
     ) -> Consumed | None:
-        """Consume one committed message within the current transaction."""
+        """Consume one committed message within the current transaction.
+
+        Transaction acknowledgements reach the application too, as in Gazette: an
+        ACK (``message.get_flags(uuid) == message.Flags.ACK_TXN``) carries no
+        document of the producer's and is skipped by applications that count or
+        sum what they read (see the runtime's module example and ``examples/``).
+        """
 
     async def finalize_txn(self, shard: Shard, store: Store, publisher: message.Publisher) -> None:
         """The transaction closes: move in-memory state into the store's transaction."""
