@@ -12,7 +12,6 @@ import asyncio
 import pathlib
 import re
 import time
-from collections.abc import Collection
 from typing import Any
 
 import pytest
@@ -22,7 +21,6 @@ from google.protobuf import duration_pb2
 from gazette import keyspace, message
 from gazette.broker import client, testing
 from gazette.broker import protocol as pb
-from gazette.broker.client import AsyncOperation
 from gazette.broker.server import testing as server_testing
 from gazette.consumer import protocol as pc
 from gazette.consumer import runtime
@@ -41,29 +39,6 @@ class Num(message.JSONMessage):
     pass
 
 
-class _Store:
-    """A checkpoint kept in memory: enough for a shard to commit transactions."""
-
-    def __init__(self) -> None:
-        self.checkpoint = pc.Checkpoint()
-
-    async def restore_checkpoint(self, shard: runtime.Shard) -> pc.Checkpoint:
-        return self.checkpoint
-
-    def start_commit(
-        self, shard: runtime.Shard, cp: pc.Checkpoint, wait_for: Collection[AsyncOperation]
-    ) -> AsyncOperation:
-        async def commit() -> None:
-            for op in wait_for:
-                await op.wait()
-            self.checkpoint = cp
-
-        return shard.run_operation("commit", commit())
-
-    async def destroy(self) -> None:
-        pass
-
-
 class GatedCount:
     """Counts messages, each only once ``gate`` is open."""
 
@@ -72,7 +47,7 @@ class GatedCount:
         self.seen = 0
 
     async def new_store(self, shard: runtime.Shard) -> runtime.Store:
-        return _Store()
+        return consumer_testing.MemoryStore()
 
     def new_message(self, spec: pb.JournalSpec) -> message.Message:
         return Num()

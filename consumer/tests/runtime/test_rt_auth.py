@@ -23,7 +23,7 @@ import asyncio
 import base64
 import pathlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -33,11 +33,11 @@ from google.protobuf import duration_pb2
 from gazette import message
 from gazette.broker import client, testing
 from gazette.broker import protocol as pb
-from gazette.broker.client import AsyncOperation
 from gazette.broker.protocol import auth, dial
 from gazette.broker.server import testing as server_testing
 from gazette.consumer import protocol as pc
 from gazette.consumer import runtime
+from gazette.consumer import testing as consumer_testing
 from gazette.consumer.protocol import protocol_pb2_grpc as pc_grpc
 from gazette.consumer.runtime import config, process
 from gazette.keyspace import testing as ks_testing
@@ -61,34 +61,11 @@ class Num(message.JSONMessage):
     pass
 
 
-class MemoryStore:
-    """A checkpoint in memory (no fencing: this test never fails a primary over)."""
-
-    def __init__(self) -> None:
-        self.checkpoint = pc.Checkpoint()
-
-    async def restore_checkpoint(self, shard: runtime.Shard) -> pc.Checkpoint:
-        return self.checkpoint
-
-    def start_commit(
-        self, shard: runtime.Shard, cp: pc.Checkpoint, wait_for: Collection[AsyncOperation]
-    ) -> AsyncOperation:
-        async def commit() -> None:
-            for op in wait_for:
-                await op.wait()
-            self.checkpoint = cp
-
-        return shard.run_operation("commit", commit())
-
-    async def destroy(self) -> None:
-        pass
-
-
 class Echo:
     """Publishes each input number to OUT, in transaction."""
 
     async def new_store(self, shard: runtime.Shard) -> runtime.Store:
-        return MemoryStore()
+        return consumer_testing.MemoryStore()
 
     def new_message(self, spec: pb.JournalSpec) -> message.Message:
         return Num()

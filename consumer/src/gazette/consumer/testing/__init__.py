@@ -29,7 +29,7 @@ Usage::
             consumers.restart(0)
 """
 
-from gazette.consumer.testing.inprocess import DisabledShards, argv, serving
+from gazette.consumer.testing.inprocess import DisabledShards, MemoryStore, argv, serving
 from gazette.consumer.testing.logs import TaskShard, recovery_logs
 from gazette.consumer.testing.postgres import PostgresServer, PostgresStartError, pg_bin_dir
 from gazette.consumer.testing.processes import ConsumerCluster
@@ -37,6 +37,7 @@ from gazette.consumer.testing.processes import ConsumerCluster
 __all__ = [
     "ConsumerCluster",
     "DisabledShards",
+    "MemoryStore",
     "PostgresServer",
     "PostgresStartError",
     "TaskShard",

@@ -3,7 +3,8 @@
 :func:`serving` runs one as an async context manager and stops it on exit;
 :func:`argv` is its loopback command line; :class:`DisabledShards` is an
 application for processes whose shards are all disabled (only their
-``consumer.Shard`` API is under test: gazctl, tokens, TLS).
+``consumer.Shard`` API is under test: gazctl, tokens, TLS); :class:`MemoryStore` a
+store of one checkpoint in memory, for applications that commit but never fail over.
 
 Usage::
 
@@ -19,12 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from typing import Any
 
+from gazette.broker.client import AsyncOperation
+from gazette.consumer import protocol as pc
 from gazette.consumer.runtime import config, process
 
-__all__ = ["DisabledShards", "argv", "serving"]
+__all__ = ["DisabledShards", "MemoryStore", "argv", "serving"]
 
 
 class DisabledShards:
@@ -41,6 +44,31 @@ class DisabledShards:
 
     async def finalize_txn(self, *args: Any) -> None:
         raise AssertionError("a disabled shard was assigned")
+
+
+class MemoryStore:
+    """A store whose checkpoint lives in memory: enough for a shard to commit
+    transactions, not to fence an older primary (for tests that fail none over)."""
+
+    def __init__(self) -> None:
+        self.checkpoint = pc.Checkpoint()
+
+    async def restore_checkpoint(self, shard: Any) -> pc.Checkpoint:
+        return self.checkpoint
+
+    def start_commit(
+        self, shard: Any, cp: pc.Checkpoint, wait_for: Collection[AsyncOperation]
+    ) -> AsyncOperation:
+        async def commit() -> None:
+            for op in wait_for:
+                await op.wait()
+            self.checkpoint = cp
+
+        op: AsyncOperation = shard.run_operation("commit", commit())
+        return op
+
+    async def destroy(self) -> None:
+        pass
 
 
 def argv(
