@@ -9,9 +9,9 @@ import sys
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-def test_a_cold_install_shows_progress() -> None:
-    # What `make up`/`make test` run first on a fresh clone (dry run: nothing executes).
-    out = subprocess.run(
+def _dry_install() -> str:
+    """What `make up`/`make test` run first on a fresh clone (dry run: nothing executes)."""
+    return subprocess.run(
         ["make", "--dry-run", "--always-make", ".venv/.installed"],
         cwd=REPO,
         capture_output=True,
@@ -19,6 +19,10 @@ def test_a_cold_install_shows_progress() -> None:
         timeout=60,
         check=True,
     ).stdout
+
+
+def test_a_cold_install_shows_progress() -> None:
+    out = _dry_install()
     assert "installing the virtualenv in .venv" in out
     install = next(line for line in out.splitlines() if "pip install" in line and "-r" in line)
     assert " -q " not in install, "uv's own progress must show on a cold install"
@@ -33,14 +37,7 @@ def test_make_help_documents_up_ports() -> None:
 
 def test_a_cold_install_builds_pyspark_once_outside_the_checkout() -> None:
     # A source-only package rebuilt per clone filled the disk (1.9 GB of uv's cache each).
-    out = subprocess.run(
-        ["make", "--dry-run", "--always-make", ".venv/.installed"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
+    out = _dry_install()
     assert "e2e/pyspark-wheel.sh" in out
     install = next(line for line in out.splitlines() if "pip install" in line and "-r" in line)
     assert "--find-links" in install and "e2e/cache-root.sh wheels" in install
