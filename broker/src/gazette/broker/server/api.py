@@ -313,29 +313,21 @@ class JournalServicer(pb2_grpc.JournalServicer):
         )
         # A primary cut off by a partition neither answers nor fails: once etcd gives
         # the journal another primary, stop waiting on the old one (the client retries).
-        # If it keeps the journal (the cut is between it and us alone), stop once the
-        # isolation probes report it quiet.
-        quiet = self.svc.peers.went_quiet(endpoint)
         moved = asyncio.Event()
         watch = asyncio.create_task(
             self.svc.resolver.wait_primary_moved(first.journal, primary, moved),
             name=f"proxied append primary watch {first.journal}",
         )
         try:
-            resp, interrupted = await task.race(call, moved, quiet)
+            resp, interrupted = await task.race(call, moved)
         finally:
             watch.cancel()
         if interrupted or resp is None:
             call.cancel()
             where = f"{primary.zone}/{primary.suffix}"
-            what = (
-                f"the primary of {first.journal} moved away from {where}"
-                if moved.is_set()
-                else f"the primary of {first.journal}, {where}, stopped answering this "
-                "broker's probes"
-            )
             raise errors.PipelineError(
-                f"{what} while this append was proxied to it"
+                f"the primary of {first.journal} moved away from {where} while this append "
+                "was proxied to it"
                 + (errors.OUTCOME_UNKNOWN if committed else errors.NOT_COMMITTED)
             )
         assert isinstance(resp, pb.AppendResponse)

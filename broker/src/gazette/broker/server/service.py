@@ -84,7 +84,6 @@ class Peers:
             max_message_size=max_message_size + (64 << 10), tls=tls or dial.TLS()
         )
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._quiet: dict[str, asyncio.Event] = {}
         self._closing: set[asyncio.Task[None]] = set()
 
     def stub(self, endpoint: str) -> pb2_grpc.JournalStub:
@@ -96,27 +95,10 @@ class Peers:
             self._channels[endpoint] = ch
         return pb2_grpc.JournalStub(ch)
 
-    def went_quiet(self, endpoint: str) -> asyncio.Event:
-        """Set once ``endpoint``'s current connection is reported quiet (:meth:`forget`).
-
-        A call that can wait on the peer indefinitely (a proxied append whose
-        primary stays put while this broker is cut from it) races this to fail
-        when the isolation probes stop hearing the peer, rather than at the
-        client's deadline.
-        """
-        event = self._quiet.get(endpoint)
-        if event is None:
-            event = self._quiet[endpoint] = asyncio.Event()
-        return event
-
     def forget(self, endpoint: str) -> None:
         """Dial ``endpoint`` afresh from now on (its connection went quiet: see
         gazette.broker.server.isolation). Calls under way on the old channel keep
-        it for up to REPLICATION_TIMEOUT, then it closes; calls racing
-        :meth:`went_quiet` end now."""
-        quiet = self._quiet.pop(endpoint, None)
-        if quiet is not None:
-            quiet.set()
+        it for up to REPLICATION_TIMEOUT, then it closes."""
         ch = self._channels.pop(endpoint, None)
         if ch is not None:
             task = asyncio.get_running_loop().create_task(
