@@ -171,7 +171,8 @@ CHAOS_GO_TABLE ?= $(shell e2e/cache-root.sh chaos)/go-partitions.json
 
 .PHONY: chaos
 chaos: $(VENV)/.installed ## Fault suite, long: CHAOS_KILLS (default 100) SIGKILLs, etcd/store/spool/SIGSTOP/SIGTERM/make-down/partition faults; prints a table (and Go's figures beside ours after `make chaos-go`).
-	CHAOS_LONG=1 CHAOS_KILLS=$(CHAOS_KILLS) CHAOS_COMPARE=$(CHAOS_GO_TABLE) $(PY) -m pytest -s -q -m integration e2e/test_chaos.py
+	CHAOS_LONG=1 CHAOS_KILLS=$(CHAOS_KILLS) CHAOS_COMPARE=$(CHAOS_GO_TABLE) $(PY) -m pytest -s -q -m integration \
+		-o tmp_path_retention_policy=all e2e/test_chaos.py  # every scenario's logs and data kept to read
 
 .PHONY: chaos-go
 chaos-go: $(VENV)/.installed ## The partition and disk scenarios (long) on Gazette's own Go brokers, as a reference: their figures, not a verdict; kept for `make chaos`.
