@@ -128,6 +128,77 @@ def test_default_values_render_a_trial_cluster(helm_bin: pathlib.Path) -> None:
     assert test_env["STORE"] == store
 
 
+def _peers(policy: dict[str, Any], port: str | int) -> list[dict[str, Any]]:
+    """The peers a NetworkPolicy admits on ``port`` (by name or number)."""
+    return [
+        peer
+        for rule in policy["spec"]["ingress"]
+        if any(p["port"] == port for p in rule["ports"])
+        for peer in rule["from"]
+    ]
+
+
+def test_network_policies_admit_the_release_and_the_named_peers_only(
+    helm_bin: pathlib.Path,
+) -> None:
+    objects = helm.template(helm_bin, kube_version="1.36.0")
+    policies = {o["metadata"]["name"]: o for o in _by_kind(objects, "NetworkPolicy")}
+    assert sorted(policies) == ["gazette-broker", "gazette-etcd", "gazette-operator", "gazette-s3"]
+    for policy in policies.values():
+        assert policy["spec"]["policyTypes"] == ["Ingress"]  # Egress is not restricted.
+    release = {
+        "podSelector": {
+            "matchLabels": {
+                "app.kubernetes.io/instance": "gazette",
+                "app.kubernetes.io/name": "gazette",
+            }
+        }
+    }
+    broker = policies["gazette-broker"]
+    assert broker["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "broker"
+    assert _peers(broker, "grpc") == [release] and _peers(broker, "http") == [release]
+    # The bundled etcd (no auth of its own): brokers, consumers, the operator, its members.
+    etcd = policies["gazette-etcd"]
+    clients, members = etcd["spec"]["ingress"]
+    (selector,) = clients["from"]
+    components = next(
+        e["values"]
+        for e in selector["podSelector"]["matchExpressions"]
+        if e["key"] == "app.kubernetes.io/component"
+    )
+    assert sorted(components) == ["broker", "consumer", "operator"]
+    assert [p["port"] for p in clients["ports"]] == [2379]
+    assert [p["port"] for p in members["ports"]] == [2379, 2380]
+    assert policies["gazette-operator"]["spec"]["ingress"] == []  # Nothing but its node.
+    assert _peers(policies["gazette-s3"], "s3") == [release]
+
+    # Clients outside the release, consumers, and Prometheus, as the values name them.
+    spark = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "spark"}}}
+    prometheus = {"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}
+    objects = helm.template(
+        helm_bin,
+        kube_version="1.36.0",
+        sets={
+            "networkPolicy.brokerClients": [spark],
+            "networkPolicy.bucketClients": [spark],
+            "networkPolicy.metricsFrom": [prometheus],
+            "consumers": [{"name": "sum", "app": "stream_sum:Summer", "replicas": 2}],
+        },
+    )
+    policies = {o["metadata"]["name"]: o for o in _by_kind(objects, "NetworkPolicy")}
+    broker = policies["gazette-broker"]
+    assert _peers(broker, "grpc") == [release, spark]
+    assert _peers(broker, "http") == [release, spark, prometheus]
+    assert _peers(policies["gazette-s3"], "s3") == [release, spark]
+    assert _peers(policies["gazette-operator"], "health") == [prometheus]
+    consumers = policies["gazette-consumers"]
+    assert _peers(consumers, "grpc") == [release]
+    assert _peers(consumers, "http") == [release, prometheus]
+
+    objects = helm.template(helm_bin, sets={"networkPolicy.enabled": False})
+    assert not _by_kind(objects, "NetworkPolicy")
+
+
 def test_production_values(helm_bin: pathlib.Path) -> None:
     objects = helm.template(
         helm_bin,
