@@ -22,6 +22,10 @@ pytestmark = pytest.mark.integration
 REPO = pathlib.Path(__file__).resolve().parents[1]
 GAZCTL = REPO / ".venv" / "bin" / "gazctl"
 LOGS = ["examples/logs/api", "examples/logs/web", "examples/logs/worker"]
+#: What the README's "Try it" appends (JSON lines, as the journals' content-type says).
+HELLO = b'{"level":"info","msg":"hello"}\n'
+OVER_HTTP = b'{"level":"warn","msg":"over http"}\n'
+AFTER = b'{"level":"info","msg":"after restart"}\n'
 
 
 def make(target: str, data: pathlib.Path) -> str:
@@ -102,19 +106,20 @@ def test_newcomer_sequence(data: pathlib.Path) -> None:
     names = [line.split()[0] for line in listing.splitlines()[1:]]
     assert names == LOGS
 
+    # The README's "Try it", JSON lines as the journals' content-type says.
     journal = LOGS[0]
-    gazctl(env, "journals", "append", "-l", f"name={journal}", stdin="hello\n")
-    assert gazctl(env, "journals", "read", "-l", f"name={journal}") == "hello\n"
+    gazctl(env, "journals", "append", "-l", f"name={journal}", stdin=HELLO.decode())
+    assert gazctl(env, "journals", "read", "-l", f"name={journal}") == HELLO.decode()
 
     # The HTTP gateway, on broker-0's HTTP port: PUT appends atomically, GET reads it all back.
     gateway = env["GATEWAY"]
     assert gateway == processes[1].http
     assert f"curl -X PUT --data-binary @- {gateway}/" in out
-    curl("-X", "PUT", "--data-binary", "hello over http\n", f"{gateway}/{journal}")
-    assert curl(f"{gateway}/{journal}?offset=0") == b"hello\nhello over http\n"
-    assert gazctl(env, "journals", "read", "-l", f"name={journal}", "--offset", "6") == (
-        "hello over http\n"
-    )
+    curl("-X", "PUT", "--data-binary", OVER_HTTP.decode(), f"{gateway}/{journal}")
+    assert curl(f"{gateway}/{journal}?offset=0") == HELLO + OVER_HTTP
+    assert gazctl(
+        env, "journals", "read", "-l", f"name={journal}", "--offset", str(len(HELLO))
+    ) == (OVER_HTTP.decode())
 
     # `make up` again is harmless; `make down` stops every process it started.
     assert "already up" in make("up", data)
@@ -131,9 +136,9 @@ def test_newcomer_sequence(data: pathlib.Path) -> None:
     out = make("up", data)
     assert "outlived the last `down`" not in out  # No write head needed resetting.
     gateway = env_of(data)["GATEWAY"]
-    assert curl(f"{gateway}/{journal}?offset=0") == b"hello\nhello over http\n"
-    curl("-X", "PUT", "--data-binary", "after restart\n", f"{gateway}/{journal}")
-    assert curl(f"{gateway}/{journal}?offset=0") == b"hello\nhello over http\nafter restart\n"
+    assert curl(f"{gateway}/{journal}?offset=0") == HELLO + OVER_HTTP
+    curl("-X", "PUT", "--data-binary", AFTER.decode(), f"{gateway}/{journal}")
+    assert curl(f"{gateway}/{journal}?offset=0") == HELLO + OVER_HTTP + AFTER
     processes = devcluster.read_state(data)
     make("down", data)
     assert not any(devcluster.is_running(p) for p in processes)
