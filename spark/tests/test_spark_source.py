@@ -18,7 +18,7 @@ from pyspark.sql import types as st
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import testing as fragment_testing
 from gazette.keyspace import testing as ks_testing
-from gazette.spark import options, reader
+from gazette.spark import jsonlines, options, reader
 
 if TYPE_CHECKING:
     # Annotations only: several test directories have a conftest module.
@@ -313,6 +313,25 @@ def test_schema_given_to_the_reader(spark: Any, gz: Harness) -> None:
 
 
 @pytest.mark.integration
+def test_plain_lines_in_a_json_journal_are_corrupt_records_not_a_failed_read(
+    spark: Any, gz: Harness
+) -> None:
+    # The README's first steps once appended plain lines to the ndjson journals.
+    journal = "lenient/j"
+    gz.create(journal, labels=JSON)
+    gz.append(journal, b"hello\n" + b'{"n": 1}\n' + b"over http\n" + b'{"n": 2}\n')
+    df = load(spark, gz.options(selector=f"name={journal}"))
+    assert df.schema.names == ["n", "_corrupt_record", "_journal", "_offset"]
+    rows = [(r["n"], r["_corrupt_record"]) for r in df.orderBy("_offset").collect()]
+    assert rows == [(None, "hello"), (1, None), (None, "over http"), (2, None)]
+    dropped = load(spark, gz.options(selector=f"name={journal}", mode="DROPMALFORMED"))
+    assert "_corrupt_record" not in dropped.schema.names
+    assert [r["n"] for r in dropped.orderBy("_offset").collect()] == [1, 2]
+    with pytest.raises(Exception, match="option mode FAILFAST"):
+        load(spark, gz.options(selector=f"name={journal}", mode="FAILFAST")).collect()
+
+
+@pytest.mark.integration
 def test_bad_inputs_are_clear_errors(spark: Any, gz: Harness, hive: dict[str, bytes]) -> None:
     def error(opts: dict[str, str]) -> str:
         with pytest.raises(Exception) as info:
@@ -327,7 +346,10 @@ def test_bad_inputs_are_clear_errors(spark: Any, gz: Harness, hive: dict[str, by
     down = f"http://127.0.0.1:{ks_testing.free_port()}"
     message = error(gz.options(selector="suite=hive", broker=down))
     assert f"cannot reach the Gazette broker at {down}" in message
-    assert "option file_root" in error({"broker": gz.broker, "selector": "suite=hive"})
+    # Without file_root, file:// fragments are read through the brokers: the same rows.
+    direct = load(spark, gz.options(selector="suite=hive")).orderBy("_journal", "_offset")
+    brokered = load(spark, {"broker": gz.broker, "selector": "suite=hive"})
+    assert brokered.orderBy("_journal", "_offset").collect() == direct.collect()
     # The unknown option is refused by the reader too, with a schema given (schema() not called).
     with pytest.raises(Exception, match="unknown option 'selektor'"):
         load(spark, gz.options(selector="suite=hive", selektor="x"), "value STRING").collect()
@@ -443,3 +465,94 @@ def test_rows_of_odd_blocks() -> None:
         {"value": "", "_journal": "j/k=v", "_offset": 3},
         {"value": "\ufffd!", "_journal": "j/k=v", "_offset": 4},
     ]
+
+
+_MIXED = (
+    b'{"a": 1}\n'
+    b"hello\n"  # Not JSON.
+    b"\n"
+    b'{"a": "two"}\n'  # Not a BIGINT.
+    b'{"a": 3}{"a": 4}\n'  # Two records on one line.
+    b"[5]\n"  # Not an object.
+    b'{"a": 6}\n'
+)
+
+
+def _mixed_rows(mode: str, with_corrupt: bool = True) -> list[dict[str, Any]]:
+    journal = reader.Journal("m/j", json=True, codec=pb.NONE, stores=(), hive=(), labels=())
+    fields = [st.StructField("a", st.LongType())]
+    if with_corrupt:
+        fields.append(st.StructField("_corrupt_record", st.StringType()))
+    fields.append(st.StructField("_offset", st.LongType()))
+    builder = reader.RowBuilder(st.StructType(fields), journal, mode)
+    return [r for b in builder.batches(100, pa.py_buffer(_MIXED)) for r in b.to_pylist()]
+
+
+def test_malformed_json_records_are_kept_dropped_or_fail_as_the_mode_says() -> None:
+    assert _mixed_rows("PERMISSIVE") == [
+        {"a": 1, "_corrupt_record": None, "_offset": 100},
+        {"a": None, "_corrupt_record": "hello", "_offset": 109},
+        {"a": None, "_corrupt_record": '{"a": "two"}', "_offset": 116},
+        {"a": None, "_corrupt_record": '{"a": 3}{"a": 4}', "_offset": 129},
+        {"a": None, "_corrupt_record": "[5]", "_offset": 146},
+        {"a": 6, "_corrupt_record": None, "_offset": 150},
+    ]
+    # Without the column in the schema, a malformed record is a row of nulls (Spark's).
+    assert [r["a"] for r in _mixed_rows("PERMISSIVE", with_corrupt=False)] == [
+        1, None, None, None, None, 6,
+    ]  # fmt: skip
+    assert _mixed_rows("DROPMALFORMED", with_corrupt=False) == [
+        {"a": 1, "_offset": 100},
+        {"a": 6, "_offset": 150},
+    ]
+    with pytest.raises(options.ReadError, match=r"m/j at offset 100: .*option mode FAILFAST"):
+        _mixed_rows("FAILFAST")
+    # Only the corrupt-record column (a sample of nothing but plain lines infers that).
+    journal = reader.Journal("m/j", json=True, codec=pb.NONE, stores=(), hive=(), labels=())
+    only = st.StructType(
+        [
+            st.StructField("_corrupt_record", st.StringType()),
+            st.StructField("_offset", st.LongType()),
+        ]
+    )
+    builder = reader.RowBuilder(only, journal)
+    rows = [
+        r
+        for b in builder.batches(0, pa.py_buffer(b'hello\n{"a": 1}\nworld\n'))
+        for r in b.to_pylist()
+    ]
+    assert rows == [
+        {"_corrupt_record": "hello", "_offset": 0},
+        {"_corrupt_record": None, "_offset": 6},
+        {"_corrupt_record": "world", "_offset": 15},
+    ]
+
+
+def test_bisecting_a_block_finds_each_malformed_line() -> None:
+    lines = [b'{"n": %d}' % i for i in range(1000)]
+    for bad in (0, 517, 999):
+        lines[bad] = b"oops"
+    data = pa.py_buffer(b"\n".join(lines) + b"\n")
+    split = reader._split_lines(data)
+    calls = 0
+
+    def parse(b: pa.Buffer) -> pa.Table:
+        nonlocal calls
+        calls += 1
+        return jsonlines.read(b)
+
+    got = jsonlines.salvage(data, split, reader._starts(split).to_pylist(), parse)
+    assert got.malformed == (0, 517, 999)
+    assert sum(t.num_rows for t in got.tables) == 997
+    assert calls < 3 * 2 * 11, calls  # ~2 log2(1000) per bad line, not one per line.
+
+
+def test_options_mode_and_corrupt_column() -> None:
+    opts = options.SourceOptions.parse(
+        {"mode": "dropMalformed", "columnNameOfCorruptRecord": "bad"}
+    )
+    assert (opts.mode, opts.corrupt_column) == ("DROPMALFORMED", "bad")
+    assert options.SourceOptions.parse({}).mode == "PERMISSIVE"
+    with pytest.raises(options.OptionError, match="mode must be one of PERMISSIVE") as info:
+        options.SourceOptions.parse({"mode": "lenient"})
+    assert info.value.option == "mode"

@@ -9,7 +9,8 @@ stream reader or sink of this package knows is refused with an
 Read options (documented defaults in :class:`SourceOptions`): ``broker``,
 ``selector`` (or the ``load(path)`` argument), ``labels``, ``schema``,
 ``format``, ``file_root``, ``tail``, ``sample_bytes``, ``sample_journals``,
-``batch_bytes``, ``auth_token``, ``trace_opened`` (a test hook). The stream
+``batch_bytes``, ``auth_token``, ``mode`` and ``columnNameOfCorruptRecord`` (malformed
+JSON records, as Spark's JSON reader), ``trace_opened`` (a test hook). The stream
 reader and the sink accept more: they pass their names as ``extra`` and read
 the values with :meth:`SourceOptions.extra_option`.
 
@@ -33,8 +34,10 @@ from collections.abc import Collection, Mapping
 from gazette.broker import protocol as pb
 
 __all__ = [
+    "CORRUPT_RECORD_COLUMN",
     "DEFAULT_BROKER",
     "FORMATS",
+    "MODES",
     "BrokerUnavailableError",
     "NoJournalsError",
     "OptionError",
@@ -49,6 +52,12 @@ __all__ = [
 DEFAULT_BROKER = "http://localhost:8080"
 #: Values of the ``format`` option: by each journal's ``content-type`` label, or forced.
 FORMATS = ("auto", "json", "lines")
+#: Values of the ``mode`` option, as Spark's JSON reader takes them: what a malformed
+#: JSON record does (kept as a row of nulls with its text in the corrupt-record column,
+#: dropped, or failing the read).
+MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
+#: Spark's default name of the column holding a malformed record's text.
+CORRUPT_RECORD_COLUMN = "_corrupt_record"
 
 
 class SparkSourceError(Exception):
@@ -124,6 +133,8 @@ _READ_OPTIONS = {
         "batch_bytes",
         "auth_token",
         "trace_opened",
+        "mode",
+        "column_name_of_corrupt_record",
     )
 }
 
@@ -144,7 +155,7 @@ class SourceOptions:
     #: ``json`` or ``lines`` for every journal.
     format: str = "auto"
     #: Directory that roots ``file://`` store URLs (the brokers' ``--broker.file-root``
-    #: as mounted where executors run); "" refuses ``file://`` stores.
+    #: as mounted where executors run); "" reads ``file://`` fragments through the brokers.
     file_root: str = ""
     #: Read the unpersisted tail (last persisted fragment to the write head) from brokers.
     tail: bool = True
@@ -156,6 +167,13 @@ class SourceOptions:
     batch_bytes: int = _BATCH_BYTES
     #: Bearer token sent to brokers ("" for none).
     auth_token: str = ""
+    #: What a malformed JSON record does (:data:`MODES`): ``PERMISSIVE`` keeps it as a
+    #: row whose payload is null, with its text in :attr:`corrupt_column` when the
+    #: schema has that column (an inferred schema gets it when the sample had one);
+    #: ``DROPMALFORMED`` skips it; ``FAILFAST`` fails the read, naming journal and offset.
+    mode: str = "PERMISSIVE"
+    #: The string column of malformed records' text (``columnNameOfCorruptRecord``).
+    corrupt_column: str = CORRUPT_RECORD_COLUMN
     #: Test hook: a file to which each fragment opened from a store appends one line.
     trace_opened: str = ""
     #: Options of the stream reader or sink, (canonical key, value) pairs.
@@ -206,6 +224,16 @@ class SourceOptions:
         fmt = values.get("format", "auto").strip().lower()
         if fmt not in FORMATS:
             raise OptionError("format", f"option format must be one of {FORMATS}, not {fmt!r}")
+        mode = values.get("mode", "PERMISSIVE").strip().upper()
+        if mode not in MODES:
+            raise OptionError(
+                "mode", f"option mode must be one of {', '.join(MODES)}, not {values['mode']!r}"
+            )
+        corrupt = values.get("column_name_of_corrupt_record", CORRUPT_RECORD_COLUMN).strip()
+        if not corrupt:
+            raise OptionError(
+                "columnNameOfCorruptRecord", "option columnNameOfCorruptRecord must not be empty"
+            )
         labels = tuple(n.strip() for n in values.get("labels", "").split(",") if n.strip())
         for name in labels:
             try:
@@ -227,6 +255,8 @@ class SourceOptions:
             ),
             batch_bytes=_int("batch_bytes", values.get("batch_bytes"), _BATCH_BYTES),
             auth_token=values.get("auth_token", ""),
+            mode=mode,
+            corrupt_column=corrupt,
             trace_opened=values.get("trace_opened", ""),
             extra=tuple(extras),
             unknown=tuple(unknown),

@@ -38,13 +38,13 @@ import asyncio
 import dataclasses
 import logging
 import os
+import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 # pyarrow ships no type information (no py.typed); its values are Any here.
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
-import pyarrow.json as pajson  # type: ignore[import-untyped]
 from pyspark.sql import datasource as ds
 from pyspark.sql import types as st
 from pyspark.sql.pandas import types as spark_arrow
@@ -52,7 +52,7 @@ from pyspark.sql.pandas import types as spark_arrow
 from gazette.broker import client
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import cover_set
-from gazette.spark import options
+from gazette.spark import jsonlines, options
 
 __all__ = [
     "JOURNAL_COLUMN",
@@ -68,6 +68,7 @@ __all__ = [
     "infer_schema",
     "list_journals",
     "plan_journal",
+    "run",
     "store_blocks",
 ]
 
@@ -81,8 +82,6 @@ VALUE_COLUMN = "value"
 STORE_READ_BLOCK = 4 << 20
 #: ListFragments calls in flight while planning.
 LIST_CONCURRENCY = 16
-#: Smallest pyarrow.json block (blocks are parsed whole).
-JSON_BLOCK = 1 << 20
 
 _T = TypeVar("_T")
 
@@ -129,10 +128,31 @@ def _client_config(opts: options.SourceOptions) -> client.ClientConfig:
     )
 
 
-def _run(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run a coroutine on a fresh loop (planning runs in Spark's own Python worker)."""
-    with asyncio.Runner() as runner:
-        return runner.run(coro)
+_THREAD = threading.local()
+
+
+def _loop() -> asyncio.AbstractEventLoop:
+    """This thread's event loop for the source's gRPC calls: made once, never closed.
+
+    grpc.aio hooks its completion-queue poller into every loop it is used on and
+    goes on waking each of them (grpc/grpc#23377): a loop closed after a call, as
+    ``asyncio.run`` closes its own, then gets "RuntimeError: Event loop is closed"
+    tracebacks on stderr from grpc's poller thread. Spark's Python workers are
+    reused across tasks, so one loop per thread lives as long as the worker.
+    """
+    loop: asyncio.AbstractEventLoop | None = getattr(_THREAD, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _THREAD.loop = asyncio.new_event_loop()
+    return loop
+
+
+def run(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run a coroutine to its end on this thread's loop (planning on the driver's
+    Python worker, appends of the sink's tasks)."""
+    return _loop().run_until_complete(coro)
+
+
+_run = run
 
 
 def list_journals(opts: options.SourceOptions, *, names: Sequence[str] = ()) -> list[Journal]:
@@ -245,19 +265,33 @@ def _infer_payload(opts: options.SourceOptions, journals: Sequence[Journal]) -> 
             sample += data if data.endswith(b"\n") else data + b"\n"
     if not sample:
         return st.StructType([])
+    data = pa.py_buffer(bytes(sample))
+    malformed = 0
     try:
-        table = pajson.read_json(
-            pa.BufferReader(bytes(sample)),
-            read_options=pajson.ReadOptions(block_size=max(JSON_BLOCK, len(sample) + 1)),
-        )
+        try:
+            table = jsonlines.read(data, threads=True)
+        except pa.ArrowInvalid:
+            if opts.mode == "FAILFAST":
+                raise
+            # Infer from the well-formed lines; malformed ones become corrupt records.
+            lines = _split_lines(data)
+            got = jsonlines.salvage(data, lines, _starts(lines).to_pylist(), jsonlines.read)
+            malformed = len(got.malformed)
+            good = b"".join(
+                bytes(b) if bytes(b[-1:]) == b"\n" else bytes(b) + b"\n" for b in got.parsed
+            )
+            table = jsonlines.read(pa.py_buffer(good), threads=True) if good else pa.table({})
     except pa.ArrowInvalid as e:
         raise options.OptionError(
             "schema",
-            f"cannot infer a JSON schema from {len(sample)} sampled bytes ({e}); "
-            "give the payload's DDL as option schema",
+            f"cannot infer a JSON schema from {len(sample)} sampled bytes ({e}; option mode "
+            f"{opts.mode}); give the payload's DDL as option schema",
         ) from e
     schema = pa.schema([pa.field(f.name, _inferable(f.type)) for f in table.schema])
     inferred: st.StructType = spark_arrow.from_arrow_schema(schema, prefer_timestamp_ntz=False)
+    if malformed and opts.mode == "PERMISSIVE" and opts.corrupt_column not in inferred.names:
+        # As Spark's JSON inference: a sample with malformed records adds the column.
+        inferred = inferred.add(opts.corrupt_column, st.StringType())
     return inferred
 
 
@@ -284,6 +318,7 @@ def _sample(opts: options.SourceOptions, journal: Journal) -> bytes:
     for piece in pieces:
         if piece.fragment is None and not opts.tail:
             continue
+        piece = readable(opts, journal, piece)
         blocks = (
             store_blocks(opts, piece.fragment, piece.begin)
             if piece.fragment is not None
@@ -513,9 +548,7 @@ class GazetteReader(ds.DataSourceReader):
                     continue
                 if not offset_range.overlaps(piece.begin, piece.end):
                     continue
-                if piece.fragment is not None:
-                    _check_store(opts, journal, piece.fragment.backing_store)
-                out.append(GazettePartition(journal, piece))
+                out.append(GazettePartition(journal, readable(opts, journal, piece)))
         return out
 
     def read(self, partition: ds.InputPartition) -> Iterator[pa.RecordBatch]:
@@ -524,27 +557,43 @@ class GazetteReader(ds.DataSourceReader):
         return _read_partition(self.opts, self.schema, partition)
 
 
-def _check_store(opts: options.SourceOptions, journal: Journal, store: str) -> None:
-    if store.startswith("file:") and not opts.file_root:
-        raise options.OptionError(
-            "file_root",
-            f"journal {journal.name} has fragments in {store}: set option file_root to the "
-            "directory that roots file:// stores (the brokers' --broker.file-root)",
+def readable(opts: options.SourceOptions, journal: Journal, piece: Piece) -> Piece:
+    """``piece``, or its offsets read through the brokers when its fragment is in a
+    ``file://`` store and option ``file_root`` does not say where that is mounted
+    here: the brokers read their own store, as ``gazctl journals read`` does (slower
+    than a direct read; set ``file_root`` to read the files themselves)."""
+    if piece.fragment is None or opts.file_root:
+        return piece
+    if not piece.fragment.backing_store.startswith("file:"):
+        return piece
+    if journal.name not in _WARNED_FILE_ROOT:
+        _WARNED_FILE_ROOT.add(journal.name)
+        log.warning(
+            "journal %s has fragments in %s: reading them through the brokers "
+            "(option file_root, the directory rooting file:// stores, reads them directly)",
+            journal.name,
+            piece.fragment.backing_store,
         )
+    return Piece(piece.begin, piece.end)
+
+
+#: Journals whose file:// fragments were said to be read through the brokers.
+_WARNED_FILE_ROOT: set[str] = set()
 
 
 # -- Reading ----------------------------------------------------------------------------
 
 
 def _drive(agen: AsyncIterator[bytes]) -> Iterator[bytes]:
-    """Iterate an async generator from synchronous code, on a loop of its own.
+    """Iterate an async generator from synchronous code, on this thread's loop.
 
-    A bare loop, not an ``asyncio.Runner``: on the main thread (Spark's Python
-    worker) each ``Runner.run`` inspects the SIGINT handler the previous one
-    installed, whose repr holds the previous task and its result — a
-    multi-megabyte chunk, repr'd in full. That cost 60% of a fragment's read
-    time (found by bench_spark).
+    Not an ``asyncio.Runner`` per read: on the main thread (Spark's Python worker)
+    each ``Runner.run`` inspects the SIGINT handler the previous one installed, whose
+    repr holds the previous task and its result, a multi-megabyte chunk, repr'd in
+    full: 60% of a fragment's read time (found by bench_spark). Nor a loop of its
+    own: see :func:`_loop`.
     """
+    loop = _loop()
 
     async def step() -> bytes | None:
         try:
@@ -552,19 +601,16 @@ def _drive(agen: AsyncIterator[bytes]) -> Iterator[bytes]:
         except StopAsyncIteration:
             return None
 
-    loop = asyncio.new_event_loop()
     try:
         while (chunk := loop.run_until_complete(step())) is not None:
             yield chunk
     finally:
-        try:
-            aclose = getattr(agen, "aclose", None)
-            if aclose is not None:
+        aclose = getattr(agen, "aclose", None)
+        if aclose is not None:
+            if loop.is_running():  # Collected while another read runs on the loop.
+                loop.create_task(aclose())
+            else:
                 loop.run_until_complete(aclose())
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.run_until_complete(loop.shutdown_default_executor())
-        finally:
-            loop.close()
 
 
 def store_blocks(
@@ -675,10 +721,21 @@ def _starts(lines: pa.Array) -> pa.Array:
 
 
 class RowBuilder:
-    """Turns a journal's line-aligned blocks into record batches of the output ``schema``."""
+    """Turns a journal's line-aligned blocks into record batches of the output ``schema``.
 
-    def __init__(self, schema: st.StructType, journal: Journal) -> None:
+    ``mode`` and ``corrupt_column`` are the source's options of those names: what a
+    malformed JSON record does (:mod:`gazette.spark.jsonlines`).
+    """
+
+    def __init__(
+        self,
+        schema: st.StructType,
+        journal: Journal,
+        mode: str = "PERMISSIVE",
+        corrupt_column: str = options.CORRUPT_RECORD_COLUMN,
+    ) -> None:
         self.journal = journal
+        self.mode = mode
         # Exactly the Arrow schema Spark's worker checks batches against.
         self.arrow_schema: pa.Schema = spark_arrow.to_arrow_schema(schema, timezone="UTC")
         self.constants = {
@@ -687,6 +744,16 @@ class RowBuilder:
         reserved = {*self.constants, OFFSET_COLUMN}
         if not journal.json:
             reserved.add(VALUE_COLUMN)
+        #: The column of malformed records' text, when the schema has it (PERMISSIVE).
+        self.corrupt: str | None = None
+        if (
+            journal.json
+            and mode == "PERMISSIVE"
+            and corrupt_column in self.arrow_schema.names
+            and corrupt_column not in reserved
+        ):
+            self.corrupt = corrupt_column
+            reserved.add(corrupt_column)
         self.payload = [f for f in self.arrow_schema if f.name not in reserved]
         self.json_schema = pa.schema(
             [pa.field(f.name, _json_read_type(f.type), nullable=True) for f in self.payload]
@@ -698,13 +765,15 @@ class RowBuilder:
         starts = _starts(lines)
         columns: dict[str, pa.Array | pa.ChunkedArray] = {}
         if self.journal.json:
-            table, keep = self._parse_json(offset, data, lines)
+            table, keep, corrupt = self._parse_json(offset, data, lines)
             if keep is not None:
                 starts = starts.filter(keep)
             for f in self.payload:
                 col = table.column(f.name)
                 columns[f.name] = col if col.type == f.type else _cast(col, f, offset, self)
             n = len(starts)
+            if self.corrupt is not None:
+                columns[self.corrupt] = corrupt if corrupt is not None else pa.nulls(n, pa.string())
         else:
             n = len(lines)
             if VALUE_COLUMN in self.arrow_schema.names:
@@ -731,43 +800,72 @@ class RowBuilder:
 
     def _parse_json(
         self, offset: int, data: pa.Buffer, lines: pa.Array
-    ) -> tuple[pa.Table, pa.Array | None]:
-        """The parsed records, and a mask of the lines they came from (None: every line)."""
+    ) -> tuple[pa.Table, pa.Array | None, pa.Array | None]:
+        """The parsed records, a mask of the lines they came from (None: every line),
+        and the text of the malformed ones among them (None: none, or not kept)."""
         nonempty = pc.greater(pc.binary_length(lines), 0)
         expected = pc.sum(nonempty).as_py() or 0
-        if not self.payload:
+        if not self.payload and self.corrupt is None:
             # No payload column: count records without parsing them.
-            keep = _nonblank(lines)
-            return pa.table({}), keep
+            keep = jsonlines.nonblank(lines)
+            return pa.table({}), keep, None
         # One block, one thread: a Spark task has a core to itself, and threads would
         # only add contention and leave many small chunks to combine (bench_spark).
         try:
-            table = pajson.read_json(
-                pa.BufferReader(data),
-                read_options=pajson.ReadOptions(
-                    block_size=max(JSON_BLOCK, data.size + 1), use_threads=False
-                ),
-                parse_options=pajson.ParseOptions(
-                    explicit_schema=self.json_schema, unexpected_field_behavior="ignore"
-                ),
-            )
+            table = jsonlines.read(data, self.json_schema)
         except pa.ArrowInvalid as e:
-            raise options.ReadError(self.journal.name, offset, f"parsing JSON lines: {e}") from e
+            if self.mode == "FAILFAST":
+                raise options.ReadError(
+                    self.journal.name, offset, f"parsing JSON lines: {e} (option mode FAILFAST)"
+                ) from e
+            return self._salvage(data, lines)
         if table.num_rows == expected:
-            return table, (None if expected == len(lines) else nonempty)
-        keep = _nonblank(lines)  # Whitespace-only lines, which pyarrow skips too.
+            return table, (None if expected == len(lines) else nonempty), None
+        keep = jsonlines.nonblank(lines)  # Whitespace-only lines, which pyarrow skips too.
         if table.num_rows != (pc.sum(keep).as_py() or 0):
-            raise options.ReadError(
-                self.journal.name,
-                offset,
-                f"{table.num_rows} JSON records in {len(lines)} lines: records must be one per line",
-            )
-        return table, keep
+            if self.mode == "FAILFAST":
+                raise options.ReadError(
+                    self.journal.name,
+                    offset,
+                    f"{table.num_rows} JSON records in {len(lines)} lines: records must be "
+                    "one per line (option mode FAILFAST)",
+                )
+            return self._salvage(data, lines)
+        return table, keep, None
 
+    def _salvage(
+        self, data: pa.Buffer, lines: pa.Array
+    ) -> tuple[pa.Table, pa.Array, pa.Array | None]:
+        """A block with malformed records, read as ``mode`` says (not FAILFAST).
 
-def _nonblank(lines: pa.Array) -> pa.Array:
-    text = lines.view(pa.large_string())  # Only ASCII whitespace is looked at.
-    return pc.greater(pc.binary_length(pc.ascii_trim_whitespace(text)), 0)
+        Runs only for blocks that failed to parse whole; its loops go over their
+        lines, once each.
+        """
+        got = jsonlines.salvage(
+            data, lines, _starts(lines).to_pylist(), lambda b: jsonlines.read(b, self.json_schema)
+        )
+        good = pa.concat_tables(got.tables) if got.tables else self.json_schema.empty_table()
+        bad = set(got.malformed)
+        nonblank = jsonlines.nonblank(lines).to_pylist()
+        if self.mode == "DROPMALFORMED":
+            keep = [ok and i not in bad for i, ok in enumerate(nonblank)]
+            return good, pa.array(keep, pa.bool_()), None
+        positions: list[int | None] = []  # Per record: its row of `good`, None if malformed.
+        texts: list[str | None] = []
+        parsed = 0
+        for i, ok in enumerate(nonblank):
+            if not ok:
+                continue
+            if i in bad:
+                positions.append(None)
+                texts.append(lines[i].as_py().decode("utf-8", "replace"))
+            else:
+                positions.append(parsed)
+                texts.append(None)
+                parsed += 1
+        table = good.take(pa.array(positions, pa.int64()))
+        corrupt = pa.array(texts, pa.string()) if self.corrupt is not None else None
+        return table, pa.array(nonblank, pa.bool_()), corrupt
 
 
 def _json_read_type(t: pa.DataType) -> pa.DataType:
@@ -816,7 +914,7 @@ def _read_partition(
     opts: options.SourceOptions, schema: st.StructType, partition: GazettePartition
 ) -> Iterator[pa.RecordBatch]:
     journal, piece = partition.journal, partition.piece
-    builder = RowBuilder(schema, journal)
+    builder = RowBuilder(schema, journal, opts.mode, opts.corrupt_column)
     blocks = (
         store_blocks(opts, piece.fragment, piece.begin)
         if piece.fragment is not None

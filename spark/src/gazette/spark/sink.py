@@ -70,7 +70,7 @@ from pyspark.sql import types as st
 
 from gazette.broker import client
 from gazette.broker import protocol as pb
-from gazette.spark import options
+from gazette.spark import options, reader
 
 __all__ = [
     "REGISTER_PREFIX",
@@ -402,8 +402,7 @@ def _append_all(
 
             return list(await asyncio.gather(*(one(n) for n in names)))
 
-    with asyncio.Runner() as runner:
-        return runner.run(go())
+    return reader.run(go())
 
 
 def _write(

@@ -334,10 +334,10 @@ class GazetteStreamReader(ds.DataSourceStreamReader, sds.SupportsTriggerAvailabl
             if name not in journals:
                 continue
             journal = journals[name]
-            for piece in plan_range(covers[name], name, begin, end_offset):
-                if piece.fragment is not None:
-                    reader._check_store(opts, journal, piece.fragment.backing_store)
-                out.append(reader.GazettePartition(journal, piece))
+            out.extend(
+                reader.GazettePartition(journal, reader.readable(opts, journal, piece))
+                for piece in plan_range(covers[name], name, begin, end_offset)
+            )
         return out
 
     def read(self, partition: ds.InputPartition) -> Iterator[pa.RecordBatch]:
@@ -384,6 +384,6 @@ def read_piece(
         )
     else:
         blocks = reader.broker_blocks(opts, journal.name, piece.begin, piece.end)
-    builder = reader.RowBuilder(schema, journal)
+    builder = reader.RowBuilder(schema, journal, opts.mode, opts.corrupt_column)
     for offset, data in reader._line_blocks(blocks, piece.begin, opts.batch_bytes):
         yield from builder.batches(offset, data)
