@@ -26,7 +26,17 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 import pyarrow.json as pajson  # type: ignore[import-untyped]
 
-__all__ = ["JSON_BLOCK", "Salvaged", "nonblank", "read", "salvage"]
+__all__ = [
+    "JSON_BLOCK",
+    "MalformedError",
+    "Parser",
+    "Salvaged",
+    "line_starts",
+    "nonblank",
+    "read",
+    "salvage",
+    "split_lines",
+]
 
 #: Smallest pyarrow.json block (a block is parsed whole).
 JSON_BLOCK = 1 << 20
@@ -47,6 +57,22 @@ def read(data: pa.Buffer, schema: pa.Schema | None = None, *, threads: bool = Fa
         ),
         parse_options=parse,
     )
+
+
+def split_lines(data: pa.Buffer) -> pa.Array:
+    """The lines of ``data`` (newlines dropped; no empty last line after a final newline)."""
+    offsets = pa.array([0, data.size], pa.int64())
+    whole = pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets.buffers()[1], data])
+    lines = pc.split_pattern(whole, pattern="\n").flatten()
+    if data.size and memoryview(data)[-1] == ord("\n"):
+        lines = lines.slice(0, len(lines) - 1)
+    return lines
+
+
+def line_starts(lines: pa.Array) -> pa.Array:
+    """Offset of each line's first byte relative to the first line (int64)."""
+    step = pc.add(pc.binary_length(lines).cast(pa.int64()), 1)
+    return pc.subtract(pc.cumulative_sum(step), step)
 
 
 def nonblank(lines: pa.Array) -> pa.Array:
@@ -101,3 +127,86 @@ def salvage(
             mid = (lo + hi) // 2
             pending += [(mid, hi), (lo, mid)]
     return Salvaged(tuple(tables), tuple(parsed), tuple(malformed))
+
+
+class MalformedError(ValueError):
+    """A block has a malformed record and the mode is FAILFAST (the message says which)."""
+
+
+class Parser:
+    """Parses blocks of JSON lines into ``schema``'s columns, as ``mode`` says.
+
+    ``corrupt``: keep the text of PERMISSIVE's malformed records (the schema has the
+    column); ``count_only``: the schema has no payload column, so records are
+    counted, not parsed.
+    """
+
+    def __init__(
+        self, schema: pa.Schema, mode: str, *, corrupt: bool = False, count_only: bool = False
+    ) -> None:
+        self.schema = schema
+        self.mode = mode
+        self.corrupt = corrupt
+        self.count_only = count_only
+
+    def parse(
+        self, data: pa.Buffer, lines: pa.Array
+    ) -> tuple[pa.Table, pa.Array | None, pa.Array | None]:
+        """The records of ``data`` (split into ``lines``): their payload table, a mask of
+        the lines they came from (None: every line), and per record the text of the
+        malformed ones (None: no such column)."""
+        nonempty = pc.greater(pc.binary_length(lines), 0)
+        expected = pc.sum(nonempty).as_py() or 0
+        if self.count_only:
+            return pa.table({}), nonblank(lines), None
+        # One block, one thread: a Spark task has a core to itself, and threads would
+        # only add contention and leave many small chunks to combine (bench_spark).
+        try:
+            table = read(data, self.schema)
+        except pa.ArrowInvalid as e:
+            if self.mode == "FAILFAST":
+                raise MalformedError(f"parsing JSON lines: {e} (option mode FAILFAST)") from e
+            return self._salvage(data, lines)
+        if table.num_rows == expected:
+            return table, (None if expected == len(lines) else nonempty), None
+        keep = nonblank(lines)  # Whitespace-only lines, which pyarrow skips too.
+        if table.num_rows == (pc.sum(keep).as_py() or 0):
+            return table, keep, None
+        if self.mode == "FAILFAST":
+            raise MalformedError(
+                f"{table.num_rows} JSON records in {len(lines)} lines: records must be one "
+                "per line (option mode FAILFAST)"
+            )
+        return self._salvage(data, lines)
+
+    def _salvage(
+        self, data: pa.Buffer, lines: pa.Array
+    ) -> tuple[pa.Table, pa.Array, pa.Array | None]:
+        """A block with malformed records, as PERMISSIVE or DROPMALFORMED read it.
+
+        Runs only for blocks that failed to parse whole; its loops go over their
+        lines, once each.
+        """
+        got = salvage(data, lines, line_starts(lines).to_pylist(), lambda b: read(b, self.schema))
+        good = pa.concat_tables(got.tables) if got.tables else self.schema.empty_table()
+        bad = set(got.malformed)
+        lines_kept = nonblank(lines).to_pylist()
+        if self.mode == "DROPMALFORMED":
+            keep = [ok and i not in bad for i, ok in enumerate(lines_kept)]
+            return good, pa.array(keep, pa.bool_()), None
+        positions: list[int | None] = []  # Per record: its row of `good`, None if malformed.
+        texts: list[str | None] = []
+        parsed = 0
+        for i, ok in enumerate(lines_kept):
+            if not ok:
+                continue
+            if i in bad:
+                positions.append(None)
+                texts.append(lines[i].as_py().decode("utf-8", "replace"))
+            else:
+                positions.append(parsed)
+                texts.append(None)
+                parsed += 1
+        table = good.take(pa.array(positions, pa.int64()))
+        corrupt = pa.array(texts, pa.string()) if self.corrupt else None
+        return table, pa.array(lines_kept, pa.bool_()), corrupt

@@ -704,20 +704,8 @@ def _line_blocks(blocks: Iterable[bytes], begin: int, size: int) -> Iterator[tup
         yield offset, pa.py_buffer(b"".join(parts))
 
 
-def _split_lines(data: pa.Buffer) -> pa.Array:
-    """The lines of ``data`` (newlines dropped; no empty last line after a final newline)."""
-    offsets = pa.array([0, data.size], pa.int64())
-    whole = pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets.buffers()[1], data])
-    lines = pc.split_pattern(whole, pattern="\n").flatten()
-    if data.size and memoryview(data)[-1] == ord("\n"):
-        lines = lines.slice(0, len(lines) - 1)
-    return lines
-
-
-def _starts(lines: pa.Array) -> pa.Array:
-    """Offset of each line's first byte relative to the first line (int64)."""
-    step = pc.add(pc.binary_length(lines).cast(pa.int64()), 1)
-    return pc.subtract(pc.cumulative_sum(step), step)
+_split_lines = jsonlines.split_lines
+_starts = jsonlines.line_starts
 
 
 class RowBuilder:
@@ -758,6 +746,12 @@ class RowBuilder:
         self.json_schema = pa.schema(
             [pa.field(f.name, _json_read_type(f.type), nullable=True) for f in self.payload]
         )
+        self.parser = jsonlines.Parser(
+            self.json_schema,
+            mode,
+            corrupt=self.corrupt is not None,
+            count_only=not self.payload and self.corrupt is None,
+        )
 
     def batches(self, offset: int, data: pa.Buffer) -> Iterator[pa.RecordBatch]:
         """Batches of the records of ``data``, whose first byte is at ``offset``."""
@@ -765,7 +759,10 @@ class RowBuilder:
         starts = _starts(lines)
         columns: dict[str, pa.Array | pa.ChunkedArray] = {}
         if self.journal.json:
-            table, keep, corrupt = self._parse_json(offset, data, lines)
+            try:
+                table, keep, corrupt = self.parser.parse(data, lines)
+            except jsonlines.MalformedError as e:
+                raise options.ReadError(self.journal.name, offset, str(e)) from e
             if keep is not None:
                 starts = starts.filter(keep)
             for f in self.payload:
@@ -797,75 +794,6 @@ class RowBuilder:
         # small ones (pyarrow.json's chunks hold ~5,000 rows), for the cost of a copy.
         table = pa.Table.from_arrays(arrays, schema=self.arrow_schema)
         yield from table.combine_chunks().to_batches()
-
-    def _parse_json(
-        self, offset: int, data: pa.Buffer, lines: pa.Array
-    ) -> tuple[pa.Table, pa.Array | None, pa.Array | None]:
-        """The parsed records, a mask of the lines they came from (None: every line),
-        and the text of the malformed ones among them (None: none, or not kept)."""
-        nonempty = pc.greater(pc.binary_length(lines), 0)
-        expected = pc.sum(nonempty).as_py() or 0
-        if not self.payload and self.corrupt is None:
-            # No payload column: count records without parsing them.
-            keep = jsonlines.nonblank(lines)
-            return pa.table({}), keep, None
-        # One block, one thread: a Spark task has a core to itself, and threads would
-        # only add contention and leave many small chunks to combine (bench_spark).
-        try:
-            table = jsonlines.read(data, self.json_schema)
-        except pa.ArrowInvalid as e:
-            if self.mode == "FAILFAST":
-                raise options.ReadError(
-                    self.journal.name, offset, f"parsing JSON lines: {e} (option mode FAILFAST)"
-                ) from e
-            return self._salvage(data, lines)
-        if table.num_rows == expected:
-            return table, (None if expected == len(lines) else nonempty), None
-        keep = jsonlines.nonblank(lines)  # Whitespace-only lines, which pyarrow skips too.
-        if table.num_rows != (pc.sum(keep).as_py() or 0):
-            if self.mode == "FAILFAST":
-                raise options.ReadError(
-                    self.journal.name,
-                    offset,
-                    f"{table.num_rows} JSON records in {len(lines)} lines: records must be "
-                    "one per line (option mode FAILFAST)",
-                )
-            return self._salvage(data, lines)
-        return table, keep, None
-
-    def _salvage(
-        self, data: pa.Buffer, lines: pa.Array
-    ) -> tuple[pa.Table, pa.Array, pa.Array | None]:
-        """A block with malformed records, read as ``mode`` says (not FAILFAST).
-
-        Runs only for blocks that failed to parse whole; its loops go over their
-        lines, once each.
-        """
-        got = jsonlines.salvage(
-            data, lines, _starts(lines).to_pylist(), lambda b: jsonlines.read(b, self.json_schema)
-        )
-        good = pa.concat_tables(got.tables) if got.tables else self.json_schema.empty_table()
-        bad = set(got.malformed)
-        nonblank = jsonlines.nonblank(lines).to_pylist()
-        if self.mode == "DROPMALFORMED":
-            keep = [ok and i not in bad for i, ok in enumerate(nonblank)]
-            return good, pa.array(keep, pa.bool_()), None
-        positions: list[int | None] = []  # Per record: its row of `good`, None if malformed.
-        texts: list[str | None] = []
-        parsed = 0
-        for i, ok in enumerate(nonblank):
-            if not ok:
-                continue
-            if i in bad:
-                positions.append(None)
-                texts.append(lines[i].as_py().decode("utf-8", "replace"))
-            else:
-                positions.append(parsed)
-                texts.append(None)
-                parsed += 1
-        table = good.take(pa.array(positions, pa.int64()))
-        corrupt = pa.array(texts, pa.string()) if self.corrupt is not None else None
-        return table, pa.array(nonblank, pa.bool_()), corrupt
 
 
 def _json_read_type(t: pa.DataType) -> pa.DataType:
