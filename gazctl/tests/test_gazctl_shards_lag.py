@@ -69,6 +69,17 @@ async def _gaz(broker: str, consumer: str, *args: str) -> Result:
     return result
 
 
+async def _listed_until(broker: str, consumer: str, text: str, within: float = 30) -> str:
+    """`gazctl shards list --lag`, again until its table shows ``text``."""
+    deadline = time.monotonic() + within
+    while True:
+        out = (await _gaz(broker, consumer, "shards", "list", "--lag")).output
+        if text in out:
+            return out
+        assert time.monotonic() < deadline, out
+        await asyncio.sleep(0.2)
+
+
 async def test_lag_shows_unread_bytes_and_falls_to_zero_once_caught_up(
     etcd: Any, etcd_server: ks_testing.EtcdServer, tmp_path: pathlib.Path
 ) -> None:
@@ -102,13 +113,7 @@ async def test_lag_shows_unread_bytes_and_falls_to_zero_once_caught_up(
             head = (await client.append(jc, SOURCE, body)).commit.end
 
             # Held at the gate: nothing is committed, so the whole journal is unread.
-            deadline = time.monotonic() + 30
-            while True:
-                out = (await _gaz(broker, consumer, "shards", "list", "--lag")).output
-                if f"{SOURCE}:{head}" in out:
-                    break
-                assert time.monotonic() < deadline, out
-                await asyncio.sleep(0.2)
+            out = await _listed_until(broker, consumer, f"{SOURCE}:{head}")
             assert re.search(r"^ID\s+Status\s+Primary\s+Replicas\s+Lag$", out, re.M), out
             yaml_out = (
                 await _gaz(broker, consumer, "shards", "list", "--lag", "-o", "yaml")
@@ -116,13 +121,7 @@ async def test_lag_shows_unread_bytes_and_falls_to_zero_once_caught_up(
             assert f"comment: {SOURCE} read through 0, lag {head} bytes" in yaml_out, yaml_out
 
             app.gate.set()
-            deadline = time.monotonic() + 30
-            while True:
-                out = (await _gaz(broker, consumer, "shards", "list", "--lag")).output
-                if f"{SOURCE}:0" in out:
-                    break
-                assert time.monotonic() < deadline, out
-                await asyncio.sleep(0.2)
+            out = await _listed_until(broker, consumer, f"{SOURCE}:0")
             assert app.seen == 50
             yaml_out = (
                 await _gaz(broker, consumer, "shards", "list", "--lag", "-o", "yaml")
