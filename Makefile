@@ -27,11 +27,18 @@ PROTOS := broker/src/gazette/broker/protocol/protocol.proto \
 help: ## List the targets.
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
 
-$(VENV)/.installed: constraints.txt requirements/dev.in $(foreach m,$(MEMBERS),$(m)/pyproject.toml)
+# The native data plane (Rust, built by maturin with cargo): its build is kept in the
+# tool cache, so a fresh clone compiles only what changed.
+DATAPLANE_SRC := $(shell find broker/dataplane -name '*.rs' -o -name Cargo.toml -o -name pyproject.toml) \
+                 broker/src/gazette/broker/protocol/protocol.proto
+export CARGO_TARGET_DIR ?= $(shell e2e/cache-root.sh cargo-target)
+
+$(VENV)/.installed: constraints.txt requirements/dev.in $(foreach m,$(MEMBERS),$(m)/pyproject.toml) $(DATAPLANE_SRC)
 	@echo "installing the virtualenv in $(VENV) (every member and the dev tools; a few minutes the first time)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --disable-pip-version-check "uv==$$(sed -n 's/^uv==//p' requirements/tools.txt)"
 	@e2e/pyspark-wheel.sh $(PY) "$$(sed -n 's/^pyspark==//p' constraints.txt)"
+	@command -v cargo >/dev/null || { echo "cargo is needed to build broker/dataplane (https://rustup.rs)"; exit 1; }
 	$(UV) pip install --python $(PY) -c constraints.txt --find-links "$$(e2e/cache-root.sh wheels)" -r requirements/dev.in
 	@touch $@
 
@@ -42,7 +49,7 @@ install: $(VENV)/.installed ## Create .venv and install every member (editable) 
 constraints: ## Re-pin every dependency into constraints.txt (uv pip compile).
 	@test -x $(UV) || { $(PYTHON) -m venv $(VENV) && $(PY) -m pip install -q uv; }
 	$(UV) pip compile requirements/dev.in --python-version 3.11 --quiet --upgrade \
-		$(foreach m,$(MEMBERS),--no-emit-package gazette-$(m)) -o constraints.txt
+		$(foreach m,$(MEMBERS) dataplane,--no-emit-package gazette-$(m)) -o constraints.txt
 
 .PHONY: protos
 protos: $(VENV)/.installed ## Regenerate *_pb2.py, *_pb2_grpc.py and their .pyi stubs.
@@ -130,6 +137,7 @@ lint: $(VENV)/.installed ## ruff (format + lint), mypy --strict on src, import-l
 	$(VENV)/bin/lint-imports
 	@$(MAKE) -s protos-check
 	@$(PY) -m gazette.operator.crds crds --check
+	cd broker/dataplane && cargo fmt --check && cargo clippy --release --all-targets --quiet -- -D warnings
 
 .PHONY: fmt
 fmt: $(VENV)/.installed ## Format and auto-fix with ruff.
@@ -152,7 +160,12 @@ TEST_WORKERS ?= 2
 test: $(VENV)/.installed ## What CI runs: lint, the tools (built once), then unit and integration tests (TEST_WORKERS=2 workers).
 	@$(MAKE) -s lint
 	@$(MAKE) -s tools
+	@$(MAKE) -s native-test
 	$(PY) -m pytest -q -m "not e2e" -n $(TEST_WORKERS) --dist loadfile
+
+.PHONY: native-test
+native-test: ## The native data plane's own tests (cargo test, broker/dataplane).
+	cd broker/dataplane && cargo test --release --quiet
 
 .PHONY: e2e
 e2e: $(VENV)/.installed ## End-to-end suites (kube-apiserver + kwok; kind where Docker runs).

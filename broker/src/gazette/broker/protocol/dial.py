@@ -13,7 +13,11 @@ and credentials are decided in one place, as Gazette decides them:
   ``unix://`` ones in the clear. A broker's server certificate is checked
   against the endpoint's host, so it names (SAN) every host or IP address
   brokers are dialed by.
-- **Listening**: :attr:`ListenConfig.tls` set serves TLS with its certificate;
+- **Listening**: a broker's port is served by the native data plane
+  (:func:`listen_native`, :mod:`gazette.dataplane`), which forwards what it
+  does not serve itself to the broker's gRPC server on a private Unix socket;
+  other servers (consumers, tests) listen with :func:`listen`.
+  :attr:`ListenConfig.tls` set serves TLS with its certificate;
   with a CA too, every client must present a certificate it signed (Gazette's
   ``--broker.server-ca-file``, ``server/server.go`` ``BuildTLSConfig``).
   :func:`server_ssl_context` is the same for an HTTP/1 port (the gateway).
@@ -46,23 +50,32 @@ not a broker endpoint and has its own settings.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import os
+import shutil
 import ssl
-from typing import Any
+import tempfile
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from gazette.broker.protocol import auth, errors, fragments
+
+if TYPE_CHECKING:
+    from gazette import dataplane
 
 __all__ = [
     "CORE_TRANSPORT_FAILURE",
     "TLS",
     "DialConfig",
     "ListenConfig",
+    "NativePort",
     "channel",
     "client_ssl_context",
     "credentials",
     "listen",
+    "listen_native",
     "rpc_code",
     "server",
     "server_ssl_context",
@@ -245,6 +258,58 @@ def listen(
         [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
     )
     return int(srv.add_secure_port(address, creds))
+
+
+class NativePort:
+    """A broker's listening port, served by the native data plane (:func:`listen_native`)."""
+
+    def __init__(self, front: dataplane.FrontDoor, directory: str) -> None:
+        self._front = front
+        self._directory = directory
+        self.port: int = front.port
+        """The bound port."""
+
+    async def stop(self, grace: float) -> None:
+        """Stop accepting; let open calls finish for up to ``grace`` seconds; close them."""
+        try:
+            await asyncio.to_thread(self._front.stop, grace)
+        finally:
+            shutil.rmtree(self._directory, ignore_errors=True)
+
+
+def listen_native(
+    srv: grpc.aio.Server, host: str, port: int, config: ListenConfig = ListenConfig()
+) -> NativePort:
+    """Serve ``host:port`` (port 0: any) natively, forwarding to ``srv`` what it doesn't serve.
+
+    ``srv`` gets a private Unix socket (in a fresh 0700 directory, removed by
+    :meth:`NativePort.stop`); the native front door owns the TCP port, with TLS
+    when ``config.tls`` says so. Raises ``pb.TLSConfigError`` naming a TLS file
+    that doesn't load, ``OSError`` if the port can't be bound, and ``ImportError``
+    when the data plane is not installed (the ``gazette-broker[server]`` extra).
+    """
+    try:
+        from gazette import dataplane  # Servers only: clients never load it.
+    except ImportError as e:
+        raise ImportError(
+            "a broker's port is served by its native data plane, which is not installed "
+            "(pip install 'gazette-broker[server]'; from a checkout, make install)"
+        ) from e
+    directory = tempfile.mkdtemp(prefix="gazette-broker-")
+    try:
+        socket_path = os.path.join(directory, "grpc.sock")
+        if not srv.add_insecure_port(f"unix:{socket_path}"):
+            raise OSError(f"the gRPC server could not listen on {socket_path}")
+        cert = key = ca = None
+        if config.tls is not None:
+            config.tls.pem()  # Named errors for files that don't load.
+            cert, key = config.tls.cert_file, config.tls.key_file
+            ca = config.tls.ca_file or None
+        front = dataplane.FrontDoor(host, port, socket_path, cert, key, ca)
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    return NativePort(front, directory)
 
 
 def server_ssl_context(config: ListenConfig) -> ssl.SSLContext | None:

@@ -177,9 +177,13 @@ async def serve(
     listen_cfg, peer_tls = tls_configs(bcfg)
     server = dial.server(listen_cfg)
     host = bcfg.host or socket.gethostname()
-    port = dial.listen(server, bind_host(host), bcfg.port, listen_cfg)
-    if port == 0:
-        raise SystemExit(f"failed to listen on port {bcfg.port}")
+    try:
+        front = dial.listen_native(server, bind_host(host), bcfg.port, listen_cfg)
+    except OSError as e:
+        raise SystemExit(f"--broker.port {bcfg.port}: {e}") from None
+    except ImportError as e:
+        raise SystemExit(str(e)) from None
+    port = front.port
     endpoint = config.endpoint_of(host, port, tls=bcfg.tls)
 
     # Pinged as Gazette pings etcd: a connection into a partition is dropped within the lease.
@@ -342,6 +346,7 @@ async def serve(
             ready = False
 
             svc.stop_replicas()
+            await front.stop(GRACEFUL_STOP_TIMEOUT)
             await server.stop(GRACEFUL_STOP_TIMEOUT)
             await replicas_task
             watch_task.cancel()
@@ -359,6 +364,7 @@ async def serve(
             await debug.close()
             log.warning("broker stopped")
     finally:
+        await front.stop(0)
         await server.stop(None)
         await debug.close()
         with contextlib.suppress(keyspace.errors.KeySpaceError, OSError):

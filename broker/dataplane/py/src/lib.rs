@@ -1,0 +1,150 @@
+//! `gazette.dataplane._native`: the native data plane as the Python broker starts it.
+//!
+//! Python calls in here at two seams only: starting and stopping the front door.
+//! Every request is served on the crate's own tokio threads; none of them takes the
+//! GIL.
+
+use std::{
+    net::{SocketAddr, TcpListener as StdListener, ToSocketAddrs},
+    path::PathBuf,
+    sync::Arc,
+    time::Duration,
+};
+
+use dataplane::{frontdoor, tls};
+use pyo3::{exceptions::PyOSError, exceptions::PyValueError, prelude::*};
+use tokio::sync::{oneshot, watch};
+
+/// The broker's listening port, served natively (see the crate's `frontdoor`).
+///
+/// FrontDoor(host, port, backend, cert_file=None, key_file=None, ca_file=None, threads=2,
+///           http_backend=None)
+/// binds `host:port` at once (port 0: any; `.port` tells which) and serves it on
+/// `threads` threads, forwarding the gRPC it does not serve itself to the gRPC server
+/// listening on the Unix socket `backend`, and any other HTTP request to the HTTP
+/// server on the Unix socket `http_backend` (none: 404). `stop(grace)` ends it.
+#[pyclass(module = "gazette.dataplane._native")]
+struct FrontDoor {
+    port: u16,
+    runtime: Option<tokio::runtime::Runtime>,
+    stop: watch::Sender<Option<Duration>>,
+    done: Option<oneshot::Receiver<()>>,
+}
+
+fn bind(host: &str, port: u16) -> PyResult<StdListener> {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let host = if host.is_empty() { "::" } else { host };
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| PyValueError::new_err(format!("listen address {host}:{port}: {e}")))?
+        .collect();
+    let mut last = None;
+    for addr in addrs {
+        match StdListener::bind(addr) {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = Some(e),
+        }
+    }
+    if host == "::" {
+        // No IPv6 here (some containers): all IPv4 addresses, as gRPC falls back to.
+        if let Ok(listener) = StdListener::bind(("0.0.0.0", port)) {
+            return Ok(listener);
+        }
+    }
+    Err(PyOSError::new_err(format!(
+        "listening on {host}:{port}: {}",
+        last.map_or("no address".to_string(), |e| e.to_string())
+    )))
+}
+
+#[pymethods]
+impl FrontDoor {
+    #[new]
+    // Python's keyword arguments, each optional but the first three.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (host, port, backend, cert_file=None, key_file=None, ca_file=None, threads=2, http_backend=None))]
+    fn new(
+        host: &str,
+        port: u16,
+        backend: PathBuf,
+        cert_file: Option<PathBuf>,
+        key_file: Option<PathBuf>,
+        ca_file: Option<PathBuf>,
+        threads: usize,
+        http_backend: Option<PathBuf>,
+    ) -> PyResult<Self> {
+        let acceptor = match (&cert_file, &key_file) {
+            (Some(cert), Some(key)) => Some(tokio_rustls::TlsAcceptor::from(
+                tls::server_config(cert, key, ca_file.as_deref())
+                    .map_err(|e| PyValueError::new_err(e.to_string()))?,
+            )),
+            (None, None) => None,
+            _ => {
+                return Err(PyValueError::new_err(
+                    "a TLS certificate and its key go together",
+                ))
+            }
+        };
+        let listener = bind(host, port)?;
+        listener.set_nonblocking(true)?;
+        let port = listener.local_addr()?.port();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads.max(1))
+            .thread_name("gazette-dataplane")
+            .enable_all()
+            .build()?;
+        let listener = {
+            let _guard = runtime.enter();
+            tokio::net::TcpListener::from_std(listener)?
+        };
+        let (stop, stopped) = watch::channel(None);
+        let (done_tx, done) = oneshot::channel();
+        let backend = Arc::new(frontdoor::Backends::new(backend, http_backend));
+        runtime.spawn(async move {
+            frontdoor::serve(listener, backend, acceptor, stopped).await;
+            let _ = done_tx.send(());
+        });
+        Ok(FrontDoor {
+            port,
+            runtime: Some(runtime),
+            stop,
+            done: Some(done),
+        })
+    }
+
+    /// The bound port.
+    #[getter]
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops accepting, lets open connections finish for up to `grace` seconds,
+    /// then closes them. Blocks (without the GIL) until then; a second call returns at once.
+    fn stop(&mut self, py: Python<'_>, grace: f64) {
+        let grace = Duration::from_secs_f64(grace.max(0.0));
+        let _ = self.stop.send(Some(grace));
+        let done = self.done.take();
+        let runtime = self.runtime.take();
+        py.detach(move || {
+            if let (Some(done), Some(runtime)) = (done, runtime) {
+                let _ = runtime.block_on(done);
+                runtime.shutdown_timeout(Duration::from_secs(1));
+            }
+        });
+    }
+}
+
+impl Drop for FrontDoor {
+    fn drop(&mut self) {
+        let _ = self.stop.send(Some(Duration::ZERO));
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<FrontDoor>()?;
+    Ok(())
+}

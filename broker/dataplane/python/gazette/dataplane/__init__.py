@@ -1,0 +1,11 @@
+"""The broker's native data plane (Rust, in ``broker/dataplane``).
+
+The Python broker is the control plane; this package owns the broker's listening
+port. :class:`FrontDoor` serves it on its own threads and forwards whatever it does
+not serve natively to the broker's gRPC server on a private Unix socket, unchanged.
+Python calls in here only to start and stop it: no request waits for the GIL.
+"""
+
+from gazette.dataplane._native import FrontDoor
+
+__all__ = ["FrontDoor"]
