@@ -33,7 +33,10 @@ UV = REPO / ".venv" / "bin" / "uv"
 
 # image -> (gazette distributions it must hold, modules it must not)
 EXPECTED = {
-    "broker": ({"gazette-broker", "gazette-dataplane"}, {"kopf", "pyspark", "gazette.consumer", "gazette.gazctl"}),
+    "broker": (
+        {"gazette-broker", "gazette-dataplane"},
+        {"kopf", "pyspark", "gazette.consumer", "gazette.gazctl"},
+    ),
     "consumer": (
         {"gazette-broker", "gazette-consumer"},
         {"kopf", "pyspark", "gazette.operator", "gazette.gazctl"},

@@ -212,6 +212,20 @@ async def test_the_http_gateway_serves_https_and_requires_a_client_certificate(
     # Location names the primary's HTTPS port.
     assert headers["Location"].startswith("https://127.0.0.1:")
 
+    # The gRPC port serves the gateway too, with the same TLS (as Gazette's one port).
+    grpc_base = b.endpoint.rstrip("/")
+    assert grpc_base.startswith("https://")
+    status, headers, body = await asyncio.to_thread(_https, f"{grpc_base}/{name}?offset=0", ctx)
+    assert status == 206, headers
+    assert body == b"through the https gateway\n"
+    assert headers["Location"].startswith("https://127.0.0.1:")
+    with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+        await asyncio.to_thread(
+            _https,
+            f"{grpc_base}/debug/ready",
+            no_cert := (ssl.create_default_context(cafile=str(certs.ca_file))),
+        )
+
     # Server verified, but no client certificate: the handshake is refused.
     no_cert = ssl.create_default_context(cafile=str(certs.ca_file))
     with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):

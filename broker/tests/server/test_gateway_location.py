@@ -63,3 +63,71 @@ async def test_location_names_the_primarys_http_port_and_headers_are_gos(
                 assert resp.headers["X-Content-Type-Options"] == "nosniff"
                 assert resp.headers["Content-Type"].startswith("text/plain")
                 assert await resp.text() == "JOURNAL_NOT_FOUND\n"
+
+
+async def test_the_grpc_port_serves_the_gateway_too(
+    etcd: Any, etcd_server: ks_testing.EtcdServer, tmp_path: pathlib.Path
+) -> None:
+    """As Gazette's broker: HTTP requests on the gRPC port reach the gateway, and its
+    Location names the primary's gRPC port (the port it was asked on)."""
+    with testing.running_cluster(etcd_server.endpoint, tmp_path, brokers=2) as cluster:
+        name = "http/one-port"
+        async with client.JournalClient(client.ClientConfig(address=cluster[0].endpoint)) as jc:
+            await client.apply_journals(
+                jc,
+                pb.ApplyRequest(
+                    changes=[
+                        pb.ApplyRequest.Change(
+                            upsert=testing.journal_spec(name, replication=1, stores=[])
+                        )
+                    ]
+                ),
+            )
+            async with cluster.channel(0) as ch:
+                await testing.wait_writable(pb2_grpc.JournalStub(ch), name)
+            listing = await client.list_journals(jc, pb.parse_selector(f"name={name}"))
+        route = listing.journals[0].route
+        primary = route.members[route.primary].suffix
+        other = next(b for b in cluster.brokers if b.suffix != primary)
+        owner = next(b for b in cluster.brokers if b.suffix == primary)
+        other_port = int(other.endpoint.rsplit(":", 1)[1])
+        owner_port = int(owner.endpoint.rsplit(":", 1)[1])
+
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{other_port}/debug/ready") as resp:
+                assert resp.status == 200
+            # A PUT through the broker that isn't primary appends (proxied over gRPC).
+            url = f"http://127.0.0.1:{other_port}/{name}"
+            async with http.put(url, data=b"one port\n") as resp:
+                assert resp.status == 204, await resp.text()
+                assert resp.headers["X-Commit-End"] == "9"
+            async with http.get(f"{url}?offset=0") as resp:
+                assert resp.status == 206
+                assert resp.headers["Location"] == f"http://127.0.0.1:{owner_port}/{name}"
+                assert await resp.content.readexactly(9) == b"one port\n"
+            async with http.get(f"http://127.0.0.1:{other_port}/no/such/journal") as resp:
+                assert resp.status == 404
+                assert await resp.text() == "JOURNAL_NOT_FOUND\n"
+
+
+async def test_the_ports_connections_are_counted_in_metrics(
+    etcd: Any, etcd_server: ks_testing.EtcdServer, tmp_path: pathlib.Path
+) -> None:
+    """The front door's connection counters reach /debug/metrics."""
+    with testing.running_cluster(etcd_server.endpoint, tmp_path, brokers=1) as cluster:
+        b = cluster.brokers[0]
+        port = int(b.endpoint.rsplit(":", 1)[1])
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{port}/debug/metrics") as resp,
+        ):
+            assert resp.status == 200
+            text = await resp.text()
+        samples = dict(
+            line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("gazette_broker_")
+        )
+        # At least this connection is open; nothing was refused or silent.
+        assert float(samples["gazette_broker_connections_open"]) >= 1
+        assert float(samples["gazette_broker_connections_refused_total"]) == 0
+        assert float(samples["gazette_broker_connections_silent_total"]) == 0
+        assert float(samples["gazette_broker_accept_errors_total"]) == 0

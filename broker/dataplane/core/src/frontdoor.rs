@@ -31,11 +31,91 @@ use tokio::{
 };
 use tokio_rustls::TlsAcceptor;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 /// Bodies of responses: the backend's as they stream, or an empty one of ours.
 pub type Body = BoxBody<Bytes, hyper::Error>;
 
-/// How long a client has to finish its TLS handshake before its connection is closed.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// What a connection may hold of the broker, and for how long, before it is closed.
+///
+/// Chosen against what proxies promise by default: nginx closes a client that
+/// sends no complete request header within 60 s (`client_header_timeout`) and
+/// serves 512 connections per worker; Envoy closes connections idle for an hour
+/// and limits none unless told. A broker's clients are programs that connect
+/// once and keep the connection, so the limits here are tighter on silence and
+/// looser on count.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Connections served at once; more are closed as they are accepted.
+    pub max_connections: usize,
+    /// A new connection must send its first bytes (a TLS hello, an HTTP/2 preface
+    /// or a request line) and finish its TLS handshake within this.
+    pub first_bytes_timeout: Duration,
+    /// An HTTP/1.1 request's header must arrive whole within this, and an idle
+    /// keep-alive connection is closed after it.
+    pub header_timeout: Duration,
+    /// HTTP/2 connections are pinged this often, and closed if a ping goes
+    /// unanswered for as long (a peer that vanished without a FIN).
+    pub keepalive: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 4096,
+            first_bytes_timeout: Duration::from_secs(10),
+            header_timeout: Duration::from_secs(10),
+            keepalive: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Counters of the front door, read by the broker's metrics.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Connections being served.
+    pub open: AtomicU64,
+    /// Connections accepted and closed at once: `max_connections` were open.
+    pub refused: AtomicU64,
+    /// Connections closed for sending nothing, or no TLS handshake, in time.
+    pub silent: AtomicU64,
+    /// Failures to accept a connection (out of file descriptors, …).
+    pub accept_errors: AtomicU64,
+}
+
+/// Logs a warning at most once per interval, with how many were held back:
+/// a flood of failures is one line every few seconds, never a log storm.
+struct Throttle {
+    interval: Duration,
+    last: std::sync::Mutex<Option<std::time::Instant>>,
+    held: AtomicU64,
+}
+
+impl Throttle {
+    fn new(interval: Duration) -> Self {
+        Throttle {
+            interval,
+            last: std::sync::Mutex::new(None),
+            held: AtomicU64::new(0),
+        }
+    }
+
+    fn warn(&self, message: std::fmt::Arguments<'_>) {
+        let now = std::time::Instant::now();
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|t| now.duration_since(t) < self.interval) {
+            self.held.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        *last = Some(now);
+        let held = self.held.swap(0, Ordering::Relaxed);
+        if held > 0 {
+            tracing::warn!("{message} (and {held} more like it since the last report)");
+        } else {
+            tracing::warn!("{message}");
+        }
+    }
+}
 
 /// Where the front door hands requests it does not serve itself.
 pub struct Backends {
@@ -276,12 +356,34 @@ pub async fn serve(
     listener: TcpListener,
     backend: Arc<Backends>,
     tls: Option<TlsAcceptor>,
+    limits: Limits,
+    stats: Arc<Stats>,
     mut stop: watch::Receiver<Option<Duration>>,
 ) {
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http2().adaptive_window(true);
-    let builder = Arc::new(builder);
+    builder
+        .http2()
+        .adaptive_window(true)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive_interval(limits.keepalive)
+        .keep_alive_timeout(limits.keepalive);
+    builder
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        // Header names as Go's net/http writes them (Content-Type, X-Route-Token):
+        // some HTTP/1 clients of Gazette's gateway look them up by their exact case.
+        .title_case_headers(true);
+    let server = Arc::new(Server {
+        builder,
+        backend,
+        tls,
+        limits,
+        stats,
+    });
+    let refusals = Throttle::new(Duration::from_secs(10));
+    let accept_errors = Throttle::new(Duration::from_secs(10));
     let grace = loop {
         tokio::select! {
             changed = stop.changed() => {
@@ -295,13 +397,29 @@ pub async fn serve(
                     Ok(accepted) => accepted,
                     Err(e) => {
                         // Out of descriptors and the like: wait a moment, don't spin.
-                        tracing::warn!("accepting a connection: {e}");
+                        server.stats.accept_errors.fetch_add(1, Ordering::Relaxed);
+                        accept_errors.warn(format_args!("accepting a connection: {e}"));
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
                 };
+                let open = server.stats.open.load(Ordering::Relaxed);
+                if open >= server.limits.max_connections as u64 {
+                    server.stats.refused.fetch_add(1, Ordering::Relaxed);
+                    refusals.warn(format_args!(
+                        "refused a connection from {peer}: {open} are open, the most served at once"
+                    ));
+                    drop(stream);
+                    continue;
+                }
                 let _ = stream.set_nodelay(true);
-                connection(stream, peer, &builder, &backend, tls.clone(), &graceful);
+                server.stats.open.fetch_add(1, Ordering::Relaxed);
+                let watcher = graceful.watcher();
+                let server = server.clone();
+                tokio::spawn(async move {
+                    server.connection(stream, peer, watcher).await;
+                    server.stats.open.fetch_sub(1, Ordering::Relaxed);
+                });
             }
         }
     };
@@ -314,55 +432,64 @@ pub async fn serve(
     }
 }
 
-fn connection(
-    stream: tokio::net::TcpStream,
-    peer: SocketAddr,
-    builder: &Arc<auto::Builder<TokioExecutor>>,
-    backend: &Arc<Backends>,
+struct Server {
+    builder: auto::Builder<TokioExecutor>,
+    backend: Arc<Backends>,
     tls: Option<TlsAcceptor>,
-    graceful: &GracefulShutdown,
-) {
-    let backend = backend.clone();
-    let service = service_fn(move |req: Request<Incoming>| {
-        let backend = backend.clone();
-        async move { Ok::<_, Infallible>(backend.route(req).await) }
-    });
-    match tls {
-        None => {
-            let conn = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .into_owned();
-            let conn = graceful.watch(conn);
-            tokio::spawn(async move {
-                if let Err(e) = conn.await {
-                    tracing::debug!("connection from {peer}: {e}");
-                }
-            });
+    limits: Limits,
+    stats: Arc<Stats>,
+}
+
+impl Server {
+    /// Serves one accepted connection to its end (on its own task: a slow
+    /// handshake never holds up the accept loop).
+    async fn connection(
+        &self,
+        stream: tokio::net::TcpStream,
+        peer: SocketAddr,
+        watcher: hyper_util::server::graceful::Watcher,
+    ) {
+        let deadline = self.limits.first_bytes_timeout;
+        // Nothing is read for a connection that sends nothing: close it in time.
+        let mut first = [0u8; 1];
+        match tokio::time::timeout(deadline, stream.peek(&mut first)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            Ok(_) => return,
+            Err(_) => {
+                self.stats.silent.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("{peer} sent nothing for {deadline:?}");
+                return;
+            }
         }
-        Some(acceptor) => {
-            // The handshake runs in the connection's task, never in the accept loop.
-            let builder = builder.clone();
-            let watcher = graceful.watcher();
-            tokio::spawn(async move {
-                let stream =
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => stream,
-                        Ok(Err(e)) => {
-                            tracing::debug!("TLS handshake with {peer}: {e}");
-                            return;
-                        }
-                        Err(_) => {
-                            tracing::debug!("TLS handshake with {peer} timed out");
-                            return;
-                        }
-                    };
-                let conn = builder
-                    .serve_connection(TokioIo::new(stream), service)
-                    .into_owned();
-                if let Err(e) = watcher.watch(conn).await {
-                    tracing::debug!("connection from {peer}: {e}");
-                }
-            });
+        let backend = self.backend.clone();
+        let service = service_fn(move |req: Request<Incoming>| {
+            let backend = backend.clone();
+            async move { Ok::<_, Infallible>(backend.route(req).await) }
+        });
+        let result = match &self.tls {
+            None => {
+                let conn = self.builder.serve_connection(TokioIo::new(stream), service);
+                watcher.watch(conn.into_owned()).await
+            }
+            Some(acceptor) => {
+                let stream = match tokio::time::timeout(deadline, acceptor.accept(stream)).await {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(e)) => {
+                        tracing::debug!("TLS handshake with {peer}: {e}");
+                        return;
+                    }
+                    Err(_) => {
+                        self.stats.silent.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!("TLS handshake with {peer} took over {deadline:?}");
+                        return;
+                    }
+                };
+                let conn = self.builder.serve_connection(TokioIo::new(stream), service);
+                watcher.watch(conn.into_owned()).await
+            }
+        };
+        if let Err(e) = result {
+            tracing::debug!("connection from {peer}: {e}");
         }
     }
 }

@@ -117,12 +117,17 @@ impl Journal for Backend {
 
 struct Harness {
     _dir: tempfile::TempDir,
+    stats: Arc<frontdoor::Stats>,
     port: u16,
     stop: watch::Sender<Option<Duration>>,
     served: tokio::task::JoinHandle<()>,
 }
 
 async fn start(with_backend: bool) -> Harness {
+    start_with(with_backend, frontdoor::Limits::default()).await
+}
+
+async fn start_with(with_backend: bool, limits: frontdoor::Limits) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("grpc.sock");
     if with_backend {
@@ -136,10 +141,19 @@ async fn start(with_backend: bool) -> Harness {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let (stop, stopped) = watch::channel(None);
+    let stats = Arc::new(frontdoor::Stats::default());
     let backend = Arc::new(frontdoor::Backends::new(socket, None));
-    let served = tokio::spawn(frontdoor::serve(listener, backend, None, stopped));
+    let served = tokio::spawn(frontdoor::serve(
+        listener,
+        backend,
+        None,
+        limits,
+        stats.clone(),
+        stopped,
+    ));
     Harness {
         _dir: dir,
+        stats,
         port,
         stop,
         served,
@@ -251,4 +265,92 @@ fn grpc_messages_are_percent_encoded() {
     let resp = frontdoor::grpc_error(14, "down: 100% é");
     assert_eq!(resp.headers()["grpc-status"], "14");
     assert_eq!(resp.headers()["grpc-message"], "down: 100%25 %C3%A9");
+}
+
+/// Reads until the server closes the connection; how long that took.
+async fn closed_within(stream: &mut tokio::net::TcpStream, limit: Duration) -> Duration {
+    use tokio::io::AsyncReadExt;
+    let start = tokio::time::Instant::now();
+    let mut buf = [0u8; 1024];
+    loop {
+        match tokio::time::timeout(limit, stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return start.elapsed(),
+            Ok(Ok(_)) => continue,
+            Err(_) => panic!("the connection stayed open past {limit:?}"),
+        }
+    }
+}
+
+fn short_limits() -> frontdoor::Limits {
+    frontdoor::Limits {
+        first_bytes_timeout: Duration::from_millis(300),
+        header_timeout: Duration::from_millis(300),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_connection_that_sends_nothing_is_closed() {
+    let h = start_with(true, short_limits()).await;
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", h.port))
+        .await
+        .unwrap();
+    let took = closed_within(&mut conn, Duration::from_secs(5)).await;
+    assert!(took >= Duration::from_millis(250), "{took:?}");
+    assert_eq!(h.stats.silent.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(h.stats.open.load(std::sync::atomic::Ordering::Relaxed), 0);
+}
+
+#[tokio::test]
+async fn a_half_sent_http1_request_is_closed() {
+    use tokio::io::AsyncWriteExt;
+    let h = start_with(true, short_limits()).await;
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", h.port))
+        .await
+        .unwrap();
+    conn.write_all(b"GET /a/journal HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    closed_within(&mut conn, Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn connections_past_the_limit_are_refused_and_counted() {
+    use std::sync::atomic::Ordering::Relaxed;
+    use tokio::io::AsyncWriteExt;
+    let limits = frontdoor::Limits {
+        max_connections: 2,
+        ..Default::default()
+    };
+    let h = start_with(true, limits).await;
+    let mut held = vec![];
+    for _ in 0..2 {
+        let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", h.port))
+            .await
+            .unwrap();
+        conn.write_all(b"GET /a HTTP/1.1\r\n").await.unwrap();
+        held.push(conn);
+    }
+    for _ in 0..100 {
+        if h.stats.open.load(Relaxed) == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(h.stats.open.load(Relaxed), 2);
+    let mut third = tokio::net::TcpStream::connect(("127.0.0.1", h.port))
+        .await
+        .unwrap();
+    closed_within(&mut third, Duration::from_secs(2)).await;
+    assert_eq!(h.stats.refused.load(Relaxed), 1);
+    // Once one closes, a new connection is served again.
+    drop(held.pop());
+    for _ in 0..100 {
+        if h.stats.open.load(Relaxed) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut c = client(h.port).await;
+    c.apply(ApplyRequest::default()).await.unwrap();
 }

@@ -29,6 +29,7 @@ struct FrontDoor {
     runtime: Option<tokio::runtime::Runtime>,
     stop: watch::Sender<Option<Duration>>,
     done: Option<oneshot::Receiver<()>>,
+    stats: Arc<frontdoor::Stats>,
 }
 
 fn bind(host: &str, port: u16) -> PyResult<StdListener> {
@@ -62,7 +63,11 @@ impl FrontDoor {
     #[new]
     // Python's keyword arguments, each optional but the first three.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (host, port, backend, cert_file=None, key_file=None, ca_file=None, threads=2, http_backend=None))]
+    #[pyo3(signature = (
+        host, port, backend, cert_file=None, key_file=None, ca_file=None, threads=2,
+        http_backend=None, max_connections=None, first_bytes_timeout=None,
+        header_timeout=None, keepalive=None,
+    ))]
     fn new(
         host: &str,
         port: u16,
@@ -72,7 +77,33 @@ impl FrontDoor {
         ca_file: Option<PathBuf>,
         threads: usize,
         http_backend: Option<PathBuf>,
+        max_connections: Option<usize>,
+        first_bytes_timeout: Option<f64>,
+        header_timeout: Option<f64>,
+        keepalive: Option<f64>,
     ) -> PyResult<Self> {
+        let mut limits = frontdoor::Limits::default();
+        if let Some(n) = max_connections {
+            limits.max_connections = n;
+        }
+        let seconds = |name: &str, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(PyValueError::new_err(format!(
+                    "{name} must be a positive number of seconds, not {v}"
+                )))
+            }
+        };
+        if let Some(v) = first_bytes_timeout {
+            limits.first_bytes_timeout = seconds("first_bytes_timeout", v)?;
+        }
+        if let Some(v) = header_timeout {
+            limits.header_timeout = seconds("header_timeout", v)?;
+        }
+        if let Some(v) = keepalive {
+            limits.keepalive = seconds("keepalive", v)?;
+        }
         let acceptor = match (&cert_file, &key_file) {
             (Some(cert), Some(key)) => Some(tokio_rustls::TlsAcceptor::from(
                 tls::server_config(cert, key, ca_file.as_deref())
@@ -100,8 +131,10 @@ impl FrontDoor {
         let (stop, stopped) = watch::channel(None);
         let (done_tx, done) = oneshot::channel();
         let backend = Arc::new(frontdoor::Backends::new(backend, http_backend));
+        let stats = Arc::new(frontdoor::Stats::default());
+        let served_stats = stats.clone();
         runtime.spawn(async move {
-            frontdoor::serve(listener, backend, acceptor, stopped).await;
+            frontdoor::serve(listener, backend, acceptor, limits, served_stats, stopped).await;
             let _ = done_tx.send(());
         });
         Ok(FrontDoor {
@@ -109,6 +142,7 @@ impl FrontDoor {
             runtime: Some(runtime),
             stop,
             done: Some(done),
+            stats,
         })
     }
 
@@ -116,6 +150,22 @@ impl FrontDoor {
     #[getter]
     fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Counters of the port: connections open, and totals of connections refused
+    /// (the limit was reached), closed silent (nothing sent, or no TLS handshake,
+    /// in time) and failed accepts.
+    fn stats(&self) -> std::collections::HashMap<&'static str, u64> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = &self.stats;
+        [
+            ("open", s.open.load(Relaxed)),
+            ("refused", s.refused.load(Relaxed)),
+            ("silent", s.silent.load(Relaxed)),
+            ("accept_errors", s.accept_errors.load(Relaxed)),
+        ]
+        .into_iter()
+        .collect()
     }
 
     /// Stops accepting, lets open connections finish for up to `grace` seconds,
@@ -145,6 +195,9 @@ impl Drop for FrontDoor {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // The crate's warnings go to Python's logging (logger "dataplane.…"); they
+    // are rare by design (throttled), so taking the GIL for them costs nothing.
+    let _ = pyo3_log::try_init();
     m.add_class::<FrontDoor>()?;
     Ok(())
 }

@@ -12,9 +12,16 @@ class FrontDoor:
         key_file: str | PathLike[str] | None = None,
         ca_file: str | PathLike[str] | None = None,
         threads: int = 2,
+        http_backend: str | PathLike[str] | None = None,
+        max_connections: int | None = None,
+        first_bytes_timeout: float | None = None,
+        header_timeout: float | None = None,
+        keepalive: float | None = None,
     ) -> None: ...
     @property
     def port(self) -> int:
         """The bound port."""
+    def stats(self) -> dict[str, int]:
+        """Connections open, and totals refused, silent and accept_errors."""
     def stop(self, grace: float) -> None:
         """Stop accepting; let connections finish for up to ``grace`` seconds; close them."""

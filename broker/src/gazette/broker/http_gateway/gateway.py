@@ -187,9 +187,9 @@ def _location(endpoint: str, path: str, offset: int | None, host: str, scheme: s
     """Where an HTTP client finds the journal at ``path``.
 
     Gazette's brokers serve HTTP on their gRPC port, so its Location is the
-    primary's endpoint. Ours serve HTTP on a second port: with ``offset`` (the
-    distance between the two ports, the same on every broker of a cluster)
-    Location is the primary's HTTP port; without it (a gateway of its own) it is
+    primary's endpoint (ours too, asked there: ``offset`` 0). Ours also serve
+    HTTP on a second port: with ``offset`` (the distance between the two ports,
+    the same on every broker of a cluster) Location is the primary's HTTP port; without it (a gateway of its own) it is
     this gateway, as the client addressed it (``host``, by ``scheme``), which
     proxies any journal.
     """

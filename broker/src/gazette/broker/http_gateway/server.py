@@ -124,6 +124,12 @@ class Server:
         self._server = await asyncio.start_server(self._handle, host, port, ssl=self._ssl)
         return int(self._server.sockets[0].getsockname()[1])
 
+    async def start_unix(self, path: str) -> None:
+        """Serve on the Unix socket ``path``, in the clear: the broker's native front
+        door forwards to it what its port gets that isn't gRPC (TLS, if any, ended
+        there, so Location headers keep this server's scheme)."""
+        self._server = await asyncio.start_unix_server(self._handle, path)
+
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()

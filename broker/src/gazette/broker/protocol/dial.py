@@ -268,6 +268,13 @@ class NativePort:
         self._directory = directory
         self.port: int = front.port
         """The bound port."""
+        self.http_socket = os.path.join(directory, "http.sock")
+        """Where an HTTP/1.1 server listens for what the port gets that isn't gRPC."""
+
+    def stats(self) -> dict[str, int]:
+        """Connections ``open``, and totals ``refused`` (at the limit), ``silent``
+        (nothing sent in time) and ``accept_errors``."""
+        return self._front.stats()
 
     async def stop(self, grace: float) -> None:
         """Stop accepting; let open calls finish for up to ``grace`` seconds; close them."""
@@ -284,7 +291,9 @@ def listen_native(
 
     ``srv`` gets a private Unix socket (in a fresh 0700 directory, removed by
     :meth:`NativePort.stop`); the native front door owns the TCP port, with TLS
-    when ``config.tls`` says so. Raises ``pb.TLSConfigError`` naming a TLS file
+    when ``config.tls`` says so. Requests that aren't gRPC go to an HTTP/1.1
+    server on :attr:`NativePort.http_socket` (the broker's gateway), once one
+    listens there; until then they are answered 503. Raises ``pb.TLSConfigError`` naming a TLS file
     that doesn't load, ``OSError`` if the port can't be bound, and ``ImportError``
     when the data plane is not installed (the ``gazette-broker[server]`` extra).
     """
@@ -305,7 +314,15 @@ def listen_native(
             config.tls.pem()  # Named errors for files that don't load.
             cert, key = config.tls.cert_file, config.tls.key_file
             ca = config.tls.ca_file or None
-        front = dataplane.FrontDoor(host, port, socket_path, cert, key, ca)
+        front = dataplane.FrontDoor(
+            host,
+            port,
+            socket_path,
+            cert,
+            key,
+            ca,
+            http_backend=os.path.join(directory, "http.sock"),
+        )
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
         raise

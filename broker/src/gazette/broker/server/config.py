@@ -7,10 +7,10 @@ result is a tree of frozen dataclasses, one per subsystem::
     cfg = config.parse(["--broker.zone", "us-east-1a", "--etcd.address", "http://127.0.0.1:2379"])
     cfg.broker.zone, cfg.etcd.prefix
 
-Differences to Gazette: gRPC and HTTP/1 can't share a port with grpcio, so the
-journal HTTP gateway and the diagnostics (``/debug/ready``, ``/debug/metrics``)
-are served on ``--broker.http-port`` (``--debug.port`` is accepted as its
-Gazette alias). ``--help`` states each flag's default once.
+Differences to Gazette: besides the broker's port, which serves gRPC, the journal
+HTTP gateway and the diagnostics (``/debug/ready``, ``/debug/metrics``) as
+Gazette's does, they are served on ``--broker.http-port`` too (``--debug.port``
+is accepted as its Gazette alias). ``--help`` states each flag's default once.
 
 Parsing also validates the BrokerSpec the flags describe (``--broker.zone``,
 ``--broker.id``, the endpoint of ``--broker.host`` and ``--broker.port``,
@@ -275,14 +275,21 @@ _FLAGS: tuple[Flag, ...] = (
         "",
         "Host advertised in this broker's endpoint (default: the OS hostname)",
     ),
-    ("--broker.port", "BROKER_PORT", "broker.port", parse_port, 0, "gRPC port (0: any free port)"),
+    (
+        "--broker.port",
+        "BROKER_PORT",
+        "broker.port",
+        parse_port,
+        0,
+        "Port of gRPC, the journal HTTP gateway and /debug/ (0: any free port)",
+    ),
     (
         "--broker.http-port",
         "BROKER_HTTP_PORT",
         "broker.http_port",
         parse_port,
         0,
-        "Port of the journal HTTP gateway, /debug/ready and /debug/metrics "
+        "A second port of the journal HTTP gateway, /debug/ready and /debug/metrics "
         "(0: any free port, -1: off). A PUT to a missing journal answers 500, as "
         "Gazette's gateway does (a GET answers 404). Alias: --debug.port",
     ),
@@ -619,9 +626,10 @@ def flag_parser(
 def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     return flag_parser(
         "python -m gazette.broker",
-        "Serve a Gazette broker: the protocol.Journal gRPC service on --broker.port, "
-        "announced in etcd under --etcd.prefix, with /debug/ready and /debug/metrics "
-        "on --broker.http-port. Every flag may also be given by the environment "
+        "Serve a Gazette broker: the protocol.Journal gRPC service, the journal HTTP "
+        "gateway and /debug/ready and /debug/metrics on --broker.port (and the "
+        "gateway on --broker.http-port too), announced in etcd under --etcd.prefix. "
+        "Every flag may also be given by the environment "
         "variable shown.",
         _FLAGS,
         env,

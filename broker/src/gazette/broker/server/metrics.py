@@ -10,11 +10,11 @@ under the exact name (Prometheus treats them as counters by their use in rate())
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import cast
 
 import prometheus_client as prom
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gazette.broker import protocol as pb
@@ -101,3 +101,58 @@ class Outcome:
         self.status = (
             "ok" if status == pb.OK else pb.Status.Name(cast("pb.Status.ValueType", status))
         )
+
+
+class PortCollector(Collector):
+    """Connections of the brokers' ports (their native front doors), summed over
+    the brokers of this process (one, but for test clusters)."""
+
+    def __init__(self) -> None:
+        self._ports: dict[int, Callable[[], Mapping[str, int]]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, stats: Callable[[], Mapping[str, int]]) -> int:
+        """Count the port whose counters ``stats()`` reads; returns its handle."""
+        with self._lock:
+            handle = max(self._ports, default=0) + 1
+            self._ports[handle] = stats
+        return handle
+
+    def remove(self, handle: int) -> None:
+        with self._lock:
+            self._ports.pop(handle, None)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            readers = list(self._ports.values())
+        total: dict[str, int] = {}
+        for read in readers:
+            for key, value in read().items():
+                total[key] = total.get(key, 0) + value
+        yield GaugeMetricFamily(
+            "gazette_broker_connections_open",
+            "Connections the broker's port serves now.",
+            value=total.get("open", 0),
+        )
+        for key, name, doc in (
+            (
+                "refused",
+                "gazette_broker_connections_refused",
+                "Connections closed as accepted: the port served its most at once.",
+            ),
+            (
+                "silent",
+                "gazette_broker_connections_silent",
+                "Connections closed for sending nothing, or no TLS handshake, in time.",
+            ),
+            (
+                "accept_errors",
+                "gazette_broker_accept_errors",
+                "Failures to accept a connection (out of file descriptors, ...).",
+            ),
+        ):
+            yield CounterMetricFamily(name, doc, value=total.get(key, 0))
+
+
+ports = PortCollector()
+prom.REGISTRY.register(ports)

@@ -9,8 +9,10 @@ Life of a broker:
    announcement's revision and watch it; run the allocator
    (:class:`gazette.allocator.Session`).
 3. Serve: local replicas (:class:`~gazette.broker.server.service.Service`),
-   the persister, store health checks, the gRPC service and, on the HTTP
-   port, the journal HTTP gateway (:mod:`gazette.broker.http_gateway`:
+   the persister, store health checks, the gRPC service behind the native
+   front door (:func:`gazette.broker.protocol.dial.listen_native`), and, on
+   that port (what isn't gRPC) and on the HTTP port, the journal HTTP gateway
+   (:mod:`gazette.broker.http_gateway`:
    ``GET``/``HEAD``/``PUT /<journal>``, proxied to our own gRPC endpoint with
    the request's ``Authorization`` header) with the diagnostics
    ``/debug/ready`` and ``/debug/metrics``. With ``--broker.auth-keys`` every
@@ -63,6 +65,7 @@ from gazette.broker.server import (
     flow_control,
     isolation,
     keyreload,
+    metrics,
     service,
 )
 
@@ -184,6 +187,7 @@ async def serve(
     except ImportError as e:
         raise SystemExit(str(e)) from None
     port = front.port
+    port_metrics = metrics.ports.add(front.stats)
     endpoint = config.endpoint_of(host, port, tls=bcfg.tls)
 
     # Pinged as Gazette pings etcd: a connection into a partition is dropped within the lease.
@@ -212,18 +216,18 @@ async def serve(
         )
     )
     ready = False
-    # The HTTP port serves the journal gateway (its RPCs go to our own gRPC
-    # endpoint, so they route and proxy like any client's) and /debug/.
-    debug = http_gateway.Server(
-        lambda: ready,
-        grpc_endpoint=endpoint,
-        config=http_gateway.ServerConfig(
-            body_timeout=bcfg.http_body_timeout_s,
-            # One certificate for both ports, as Gazette serves both on one.
-            listen_config=listen_cfg,
-            dial_config=dial.DialConfig(tls=peer_tls),
-        ),
+    # The journal gateway (its RPCs go to our own gRPC endpoint, so they route and
+    # proxy like any client's) and /debug/: on the gRPC port, as Gazette serves
+    # them (the front door hands it what isn't gRPC), and on the HTTP port.
+    gateway_config = http_gateway.ServerConfig(
+        body_timeout=bcfg.http_body_timeout_s,
+        # One certificate for both ports, as Gazette serves both on one.
+        listen_config=listen_cfg,
+        dial_config=dial.DialConfig(tls=peer_tls),
     )
+    debug = http_gateway.Server(lambda: ready, grpc_endpoint=endpoint, config=gateway_config)
+    port_gateway = http_gateway.Server(lambda: ready, grpc_endpoint=endpoint, config=gateway_config)
+    port_gateway.location_port_offset = 0
 
     # Spool files keep their names in a spool dir we were given, to be recovered
     # after a crash; in the system's temporary directory they stay anonymous.
@@ -314,6 +318,7 @@ async def serve(
             replicas_task = tg.create_task(svc.run(), name="replicas")
             pb2_grpc.add_JournalServicer_to_server(api.JournalServicer(svc), server)
             await server.start()
+            await port_gateway.start_unix(front.http_socket)
             http_port = -1
             if bcfg.http_port != -1:
                 http_port = await debug.start(
@@ -362,11 +367,14 @@ async def serve(
                     await session_task
             await svc.peers.close()
             await debug.close()
+            await port_gateway.close()
             log.warning("broker stopped")
     finally:
+        metrics.ports.remove(port_metrics)
         await front.stop(0)
         await server.stop(None)
         await debug.close()
+        await port_gateway.close()
         with contextlib.suppress(keyspace.errors.KeySpaceError, OSError):
             await client.close()
 
