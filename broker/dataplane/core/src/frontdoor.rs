@@ -117,6 +117,14 @@ impl Throttle {
     }
 }
 
+/// Flow-control windows and frame size of the connection to the Python server.
+const BACKEND_STREAM_WINDOW: u32 = 8 << 20;
+const BACKEND_CONNECTION_WINDOW: u32 = 64 << 20;
+const BACKEND_MAX_FRAME: u32 = (1 << 20) - 1;
+/// Flow-control windows of client connections.
+const CLIENT_STREAM_WINDOW: u32 = 4 << 20;
+const CLIENT_CONNECTION_WINDOW: u32 = 16 << 20;
+
 /// Where the front door hands requests it does not serve itself.
 pub struct Backends {
     /// The gRPC server of the broker's control plane.
@@ -268,8 +276,13 @@ impl Backend {
             }
         }
         let stream = UnixStream::connect(&self.path).await?;
+        // Fixed, wide windows and large frames: on a Unix socket the round trip is
+        // microseconds, so window probing would settle on small windows, and every
+        // WINDOW_UPDATE or extra frame costs the Python side a wake-up.
         let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-            .adaptive_window(true)
+            .initial_stream_window_size(BACKEND_STREAM_WINDOW)
+            .initial_connection_window_size(BACKEND_CONNECTION_WINDOW)
+            .max_frame_size(BACKEND_MAX_FRAME)
             .handshake(TokioIo::new(stream))
             .await
             .map_err(io::Error::other)?;
@@ -362,9 +375,13 @@ pub async fn serve(
 ) {
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
+    // Windows wide enough for a bulk append to stream without waiting on us, and
+    // bounded per connection (what one client can make the broker buffer).
     builder
         .http2()
-        .adaptive_window(true)
+        .initial_stream_window_size(CLIENT_STREAM_WINDOW)
+        .initial_connection_window_size(CLIENT_CONNECTION_WINDOW)
+        .max_frame_size(BACKEND_MAX_FRAME)
         .timer(hyper_util::rt::TokioTimer::new())
         .keep_alive_interval(limits.keepalive)
         .keep_alive_timeout(limits.keepalive);

@@ -237,6 +237,11 @@ def server(config: ListenConfig = ListenConfig()) -> grpc.aio.Server:
             ("grpc.max_receive_message_length", config.max_receive_message_size),
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 1 if config.reuse_port else 0),
+            # Behind the native front door the peer is a Unix socket away: window
+            # probing would settle on small windows there, and each window update
+            # is a wake-up of this process. Wide fixed windows instead.
+            ("grpc.http2.bdp_probe", 0),
+            ("grpc.http2.lookahead_bytes", 8 << 20),
         ]
     )
 
