@@ -131,6 +131,9 @@ pub struct Backends {
     pub grpc: Backend,
     /// The HTTP/1.1 gateway, if the broker serves one on this port.
     pub http: Option<PathBuf>,
+    /// The bearer-token check of gRPC requests (none: the broker has no keys).
+    /// Replaced whole when the broker's keys rotate.
+    gate: std::sync::RwLock<Option<Arc<crate::auth::Gate>>>,
 }
 
 impl Backends {
@@ -139,12 +142,45 @@ impl Backends {
         Backends {
             grpc: Backend::new(grpc),
             http,
+            gate: std::sync::RwLock::new(None),
         }
+    }
+
+    /// Check the tokens of gRPC requests with `gate` from now on (None: don't).
+    pub fn set_gate(&self, gate: Option<crate::auth::Gate>) {
+        *self.gate.write().unwrap_or_else(|e| e.into_inner()) = gate.map(Arc::new);
     }
 
     /// Hands `req` to whoever serves it.
     pub async fn route(&self, req: Request<Incoming>) -> Response<Body> {
         if is_grpc(&req) {
+            let gate = self.gate.read().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(gate) = gate {
+                let token = req
+                    .headers()
+                    .get(http::header::AUTHORIZATION)
+                    .map(|v| v.as_bytes());
+                if let Err(why) = gate.check(token) {
+                    // UNAUTHENTICATED, and no message of the request is decoded or
+                    // kept: its frames are read and dropped until the caller stops
+                    // sending (for at most a second, or 16 MiB), and only then
+                    // answered. Answered while a write is under way, grpc-python
+                    // loses our status for an INTERNAL one (grpc/grpc#36066).
+                    let mut body = req.into_body();
+                    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                        let mut dropped = 0usize;
+                        while let Some(Ok(frame)) = body.frame().await {
+                            dropped += frame.data_ref().map_or(0, |d| d.len());
+                            if dropped > 16 << 20 {
+                                break;
+                            }
+                        }
+                    })
+                    .await;
+                    tokio::spawn(discard(body, Duration::from_secs(2)));
+                    return grpc_error(16, &why);
+                }
+            }
             return self.grpc.forward(req).await;
         }
         match &self.http {
@@ -155,6 +191,14 @@ impl Backends {
             ),
         }
     }
+}
+
+/// Reads and drops `body` until it ends, for at most `limit`.
+async fn discard(mut body: Incoming, limit: Duration) {
+    let _ = tokio::time::timeout(limit, async {
+        while let Some(Ok(_)) = body.frame().await {}
+    })
+    .await;
 }
 
 fn is_grpc<B>(req: &Request<B>) -> bool {

@@ -116,6 +116,7 @@ impl Journal for Backend {
 }
 
 struct Harness {
+    backends: Arc<frontdoor::Backends>,
     _dir: tempfile::TempDir,
     stats: Arc<frontdoor::Stats>,
     port: u16,
@@ -143,6 +144,7 @@ async fn start_with(with_backend: bool, limits: frontdoor::Limits) -> Harness {
     let (stop, stopped) = watch::channel(None);
     let stats = Arc::new(frontdoor::Stats::default());
     let backend = Arc::new(frontdoor::Backends::new(socket, None));
+    let backends = backend.clone();
     let served = tokio::spawn(frontdoor::serve(
         listener,
         backend,
@@ -152,6 +154,7 @@ async fn start_with(with_backend: bool, limits: frontdoor::Limits) -> Harness {
         stopped,
     ));
     Harness {
+        backends,
         _dir: dir,
         stats,
         port,
@@ -352,5 +355,36 @@ async fn connections_past_the_limit_are_refused_and_counted() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let mut c = client(h.port).await;
+    c.apply(ApplyRequest::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn requests_without_a_token_of_our_keys_are_refused_undecoded() {
+    let h = start(true).await;
+    h.backends.set_gate(Some(dataplane::auth::Gate::new(
+        vec![b"key".to_vec()],
+        false,
+    )));
+    let mut c = client(h.port).await;
+    // A large append without a token: refused, its messages dropped undecoded.
+    let big = Bytes::from(vec![7u8; 3 << 20]);
+    let mut msgs = vec![AppendRequest {
+        journal: "a/b".into(),
+        ..Default::default()
+    }];
+    msgs.extend((0..8).map(|_| AppendRequest {
+        content: big.clone(),
+        ..Default::default()
+    }));
+    let err = c.append(tokio_stream::iter(msgs)).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unauthenticated);
+    assert_eq!(err.message(), "missing or empty Authorization token");
+    let mut req = Request::new(ApplyRequest::default());
+    req.metadata_mut()
+        .insert("authorization", "Bearer a.b.c".parse().unwrap());
+    let err = c.apply(req).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unauthenticated);
+    // Without keys, everything goes through again.
+    h.backends.set_gate(None);
     c.apply(ApplyRequest::default()).await.unwrap();
 }

@@ -30,6 +30,7 @@ struct FrontDoor {
     stop: watch::Sender<Option<Duration>>,
     done: Option<oneshot::Receiver<()>>,
     stats: Arc<frontdoor::Stats>,
+    backends: Arc<frontdoor::Backends>,
 }
 
 fn bind(host: &str, port: u16) -> PyResult<StdListener> {
@@ -133,6 +134,7 @@ impl FrontDoor {
         let backend = Arc::new(frontdoor::Backends::new(backend, http_backend));
         let stats = Arc::new(frontdoor::Stats::default());
         let served_stats = stats.clone();
+        let backends = backend.clone();
         runtime.spawn(async move {
             frontdoor::serve(listener, backend, acceptor, limits, served_stats, stopped).await;
             let _ = done_tx.send(());
@@ -143,7 +145,17 @@ impl FrontDoor {
             stop,
             done: Some(done),
             stats,
+            backends,
         })
+    }
+
+    /// Check bearer tokens of gRPC requests with these HMAC `keys` from now on
+    /// (None: the broker has no keys, check nothing); `allow_missing` lets
+    /// requests without a token through (the `AA==` key).
+    #[pyo3(signature = (keys, allow_missing=false))]
+    fn set_auth_keys(&self, keys: Option<Vec<Vec<u8>>>, allow_missing: bool) {
+        self.backends
+            .set_gate(keys.map(|keys| dataplane::auth::Gate::new(keys, allow_missing)));
     }
 
     /// The bound port.

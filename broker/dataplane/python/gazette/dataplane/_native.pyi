@@ -21,6 +21,8 @@ class FrontDoor:
     @property
     def port(self) -> int:
         """The bound port."""
+    def set_auth_keys(self, keys: list[bytes] | None, allow_missing: bool = False) -> None:
+        """Check bearer tokens of gRPC requests with these HMAC keys (None: don't)."""
     def stats(self) -> dict[str, int]:
         """Connections open, and totals refused, silent and accept_errors."""
     def stop(self, grace: float) -> None:

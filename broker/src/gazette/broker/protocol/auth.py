@@ -534,15 +534,24 @@ class SwappableAuth:
 
     def __init__(self, current: KeyedAuth | NoopAuth) -> None:
         self._current = current
+        self._watchers: list[Callable[[KeyedAuth | NoopAuth], None]] = []
 
     @property
     def current(self) -> KeyedAuth | NoopAuth:
         """The key set in force."""
         return self._current
 
+    def watch(self, watcher: Callable[[KeyedAuth | NoopAuth], None]) -> None:
+        """Call ``watcher`` with the key set in force, now and on every swap (the
+        native front door checks tokens with the same keys)."""
+        self._watchers.append(watcher)
+        watcher(self._current)
+
     def swap(self, new: KeyedAuth | NoopAuth) -> KeyedAuth | NoopAuth:
         """Put ``new`` in force from the next call on; returns the key set it replaced."""
         old, self._current = self._current, new
+        for watcher in self._watchers:
+            watcher(new)
         return old
 
     def verify(self, metadata: Iterable[tuple[str, Any]] | None, require: int) -> Claims:

@@ -276,6 +276,15 @@ class NativePort:
         self.http_socket = os.path.join(directory, "http.sock")
         """Where an HTTP/1.1 server listens for what the port gets that isn't gRPC."""
 
+    def set_auth(self, keys: auth.KeyedAuth | auth.NoopAuth) -> None:
+        """Refuse gRPC requests at the door, unread, unless their bearer token is
+        signed by one of ``keys`` (NoopAuth: check nothing). The server still
+        checks each token's claims."""
+        if isinstance(keys, auth.KeyedAuth):
+            self._front.set_auth_keys(list(keys.keys), keys.allow_missing)
+        else:
+            self._front.set_auth_keys(None)
+
     def stats(self) -> dict[str, int]:
         """Connections ``open``, and totals ``refused`` (at the limit), ``silent``
         (nothing sent in time) and ``accept_errors``."""

@@ -188,6 +188,10 @@ async def serve(
         raise SystemExit(str(e)) from None
     port = front.port
     port_metrics = metrics.ports.add(front.stats)
+    if keys is not None:
+        # Callers without a token of our keys are refused before their messages
+        # are read (and so never make the broker hold them).
+        keys.watch(front.set_auth)
     endpoint = config.endpoint_of(host, port, tls=bcfg.tls)
 
     # Pinged as Gazette pings etcd: a connection into a partition is dropped within the lease.
