@@ -230,11 +230,14 @@ async def test_the_http_gateway_serves_https_and_requires_a_client_certificate(
     no_cert = ssl.create_default_context(cafile=str(certs.ca_file))
     with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
         await asyncio.to_thread(_https, f"{base}/debug/ready", no_cert)
-    # Plain HTTP to the HTTPS port gets no answer.
-    with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
-        await asyncio.to_thread(
-            urllib.request.urlopen, f"http://127.0.0.1:{b.http_port}/debug/ready", None, 5
-        )
+    # Plain HTTP to an HTTPS port is told so, as by Go's servers.
+    for plain_port in (b.http_port, int(b.endpoint.rsplit(":", 1)[1].rstrip("/"))):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            await asyncio.to_thread(
+                urllib.request.urlopen, f"http://127.0.0.1:{plain_port}/debug/ready", None, 5
+            )
+        assert refused.value.code == 400
+        assert b"HTTP request to an HTTPS server" in refused.value.read()
 
 
 async def test_a_gateway_of_its_own_serves_https_in_front_of_mtls_brokers(

@@ -127,8 +127,9 @@ const CLIENT_CONNECTION_WINDOW: u32 = 16 << 20;
 
 /// Where the front door hands requests it does not serve itself.
 pub struct Backends {
-    /// The gRPC server of the broker's control plane.
-    pub grpc: Backend,
+    /// The gRPC server of the broker's control plane (none: this port serves
+    /// HTTP only, as a broker's second, `--broker.http-port`).
+    pub grpc: Option<Backend>,
     /// The HTTP/1.1 gateway, if the broker serves one on this port.
     pub http: Option<PathBuf>,
     /// The bearer-token check of gRPC requests (none: the broker has no keys).
@@ -137,10 +138,11 @@ pub struct Backends {
 }
 
 impl Backends {
-    /// The broker's gRPC server on the Unix socket at `grpc`, and its HTTP gateway at `http`.
-    pub fn new(grpc: PathBuf, http: Option<PathBuf>) -> Self {
+    /// The broker's gRPC server on the Unix socket at `grpc`, and its HTTP gateway
+    /// at `http`.
+    pub fn new(grpc: Option<PathBuf>, http: Option<PathBuf>) -> Self {
         Backends {
-            grpc: Backend::new(grpc),
+            grpc: grpc.map(Backend::new),
             http,
             gate: std::sync::RwLock::new(None),
         }
@@ -181,7 +183,10 @@ impl Backends {
                     return grpc_error(16, &why);
                 }
             }
-            return self.grpc.forward(req).await;
+            return match &self.grpc {
+                Some(grpc) => grpc.forward(req).await,
+                None => grpc_error(12, "this port serves HTTP only: gRPC is on --broker.port"),
+            };
         }
         match &self.http {
             Some(path) => forward_http1(path, req).await,
@@ -533,6 +538,33 @@ impl Server {
                 watcher.watch(conn.into_owned()).await
             }
             Some(acceptor) => {
+                // A TLS connection starts with a handshake record (0x16). Plain
+                // HTTP gets a plain answer saying so, as Go's servers give.
+                if first[0].is_ascii_uppercase() {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let mut stream = stream;
+                    // Read the request's head first: closing with it unread would
+                    // reset the connection before the client reads our answer.
+                    let mut head = Vec::with_capacity(1024);
+                    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                        let mut buf = [0u8; 1024];
+                        while head.len() < 16 << 10 && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match stream.read(&mut buf).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => head.extend_from_slice(&buf[..n]),
+                            }
+                        }
+                    })
+                    .await;
+                    let _ = stream
+                        .write_all(
+                            b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\n\r\n\
+                              Client sent an HTTP request to an HTTPS server.\n",
+                        )
+                        .await;
+                    let _ = stream.shutdown().await;
+                    return;
+                }
                 let stream = match tokio::time::timeout(deadline, acceptor.accept(stream)).await {
                     Ok(Ok(stream)) => stream,
                     Ok(Err(e)) => {

@@ -143,7 +143,7 @@ async fn start_with(with_backend: bool, limits: frontdoor::Limits) -> Harness {
     let port = listener.local_addr().unwrap().port();
     let (stop, stopped) = watch::channel(None);
     let stats = Arc::new(frontdoor::Stats::default());
-    let backend = Arc::new(frontdoor::Backends::new(socket, None));
+    let backend = Arc::new(frontdoor::Backends::new(Some(socket), None));
     let backends = backend.clone();
     let served = tokio::spawn(frontdoor::serve(
         listener,

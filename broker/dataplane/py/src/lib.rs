@@ -21,7 +21,7 @@ use tokio::sync::{oneshot, watch};
 ///           http_backend=None)
 /// binds `host:port` at once (port 0: any; `.port` tells which) and serves it on
 /// `threads` threads, forwarding the gRPC it does not serve itself to the gRPC server
-/// listening on the Unix socket `backend`, and any other HTTP request to the HTTP
+/// listening on the Unix socket `backend` (None: answer gRPC UNIMPLEMENTED), and any other HTTP request to the HTTP
 /// server on the Unix socket `http_backend` (none: 404). `stop(grace)` ends it.
 #[pyclass(module = "gazette.dataplane._native")]
 struct FrontDoor {
@@ -72,7 +72,7 @@ impl FrontDoor {
     fn new(
         host: &str,
         port: u16,
-        backend: PathBuf,
+        backend: Option<PathBuf>,
         cert_file: Option<PathBuf>,
         key_file: Option<PathBuf>,
         ca_file: Option<PathBuf>,

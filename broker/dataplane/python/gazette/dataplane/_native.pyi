@@ -7,7 +7,7 @@ class FrontDoor:
         self,
         host: str,
         port: int,
-        backend: str | PathLike[str],
+        backend: str | PathLike[str] | None,
         cert_file: str | PathLike[str] | None = None,
         key_file: str | PathLike[str] | None = None,
         ca_file: str | PathLike[str] | None = None,

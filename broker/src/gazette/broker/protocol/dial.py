@@ -299,9 +299,12 @@ class NativePort:
 
 
 def listen_native(
-    srv: grpc.aio.Server, host: str, port: int, config: ListenConfig = ListenConfig()
+    srv: grpc.aio.Server | None, host: str, port: int, config: ListenConfig = ListenConfig()
 ) -> NativePort:
     """Serve ``host:port`` (port 0: any) natively, forwarding to ``srv`` what it doesn't serve.
+
+    Without ``srv`` the port serves HTTP only (a broker's ``--broker.http-port``),
+    and answers gRPC calls UNIMPLEMENTED.
 
     ``srv`` gets a private Unix socket (in a fresh 0700 directory, removed by
     :meth:`NativePort.stop`); the native front door owns the TCP port, with TLS
@@ -320,9 +323,11 @@ def listen_native(
         ) from e
     directory = tempfile.mkdtemp(prefix="gazette-broker-")
     try:
-        socket_path = os.path.join(directory, "grpc.sock")
-        if not srv.add_insecure_port(f"unix:{socket_path}"):
-            raise OSError(f"the gRPC server could not listen on {socket_path}")
+        socket_path: str | None = None
+        if srv is not None:
+            socket_path = os.path.join(directory, "grpc.sock")
+            if not srv.add_insecure_port(f"unix:{socket_path}"):
+                raise OSError(f"the gRPC server could not listen on {socket_path}")
         cert = key = ca = None
         if config.tls is not None:
             config.tls.pem()  # Named errors for files that don't load.

@@ -220,6 +220,8 @@ async def serve(
         )
     )
     ready = False
+    http_front: dial.NativePort | None = None
+    http_metrics = 0
     # The journal gateway (its RPCs go to our own gRPC endpoint, so they route and
     # proxy like any client's) and /debug/: on the gRPC port, as Gazette serves
     # them (the front door hands it what isn't gRPC), and on the HTTP port.
@@ -325,9 +327,16 @@ async def serve(
             await port_gateway.start_unix(front.http_socket)
             http_port = -1
             if bcfg.http_port != -1:
-                http_port = await debug.start(
-                    bind_host(host).strip("[]") or "0.0.0.0", bcfg.http_port
-                )
+                # A front door of its own, HTTP only, with the same connection limits.
+                try:
+                    http_front = dial.listen_native(
+                        None, bind_host(host), bcfg.http_port, listen_cfg
+                    )
+                except OSError as e:
+                    raise SystemExit(f"--broker.http-port {bcfg.http_port}: {e}") from None
+                http_port = http_front.port
+                http_metrics = metrics.ports.add(http_front.stats)
+                await debug.start_unix(http_front.http_socket)
                 # Location headers name the primary's HTTP port: at the same distance
                 # from its gRPC port as ours (keep that distance across a cluster).
                 debug.location_port_offset = http_port - port
@@ -370,12 +379,17 @@ async def serve(
                 with contextlib.suppress(asyncio.CancelledError):
                     await session_task
             await svc.peers.close()
-            await debug.close()
+            await debug.close()  # Cuts streaming reads: then the door closes at once.
             await port_gateway.close()
+            if http_front is not None:
+                await http_front.stop(1.0)
             log.warning("broker stopped")
     finally:
         metrics.ports.remove(port_metrics)
+        metrics.ports.remove(http_metrics)
         await front.stop(0)
+        if http_front is not None:
+            await http_front.stop(0)
         await server.stop(None)
         await debug.close()
         await port_gateway.close()
