@@ -170,11 +170,17 @@ class PostgresServer:
                 )
 
     def start(self, timeout: float = 60.0) -> None:
-        for _ in range(4):
+        for _ in range(8):
             try:
                 self._start(timeout)
             except PostgresStartError:
-                if not (self._port_movable and "Address already in use" in self.log_tail(5)):
+                tail = self.log_tail(5)
+                if "pre-existing shared memory block" in tail:
+                    # Right after a SIGKILL of the postmaster its backends may still
+                    # hold the shared memory for a moment, until they see it gone.
+                    time.sleep(0.5)
+                    continue
+                if not (self._port_movable and "Address already in use" in tail):
                     raise
                 self.port = ks_testing.free_port()
                 continue
