@@ -1,0 +1,1013 @@
+//! The spool: a replica's transactional state of the fragment it is writing
+//! (the Rust port of the Python `gazette.broker.fragment.spool`, itself after
+//! Gazette's `broker/fragment/spool.go`).
+//!
+//! A [`Spool`] holds the committed fragment (its span and SHA-1), content written
+//! past the commit point but not yet committed (its `delta`), the journal's
+//! registers and, on the primary, a compressed copy being built in batches. It
+//! changes only through [`Spool::apply`] of a `ReplicateRequest`, which carries
+//! either
+//!
+//! - *content*, at `content_delta` past the commit point: written to the spool
+//!   file and hashed; or
+//! - a *proposal*: a fragment and registers that roll the spool to a new
+//!   fragment, roll pending content back, commit it, or are refused with
+//!   `PROPOSAL_MISMATCH`.
+//!
+//! All of it is blocking code for the thread that owns a spool directory's disk
+//! (the async layer reaches it through `spawn_blocking` or a per-disk thread):
+//! content goes straight to the file with positional writes and is never kept
+//! in memory past the request that brought it.
+//!
+//! The primary compresses committed content behind its commits: a commit that
+//! completes a batch hands the batch to a thread of its own and returns at once.
+//! At most one batch is in flight; the next batch, a roll, and
+//! [`Spool::finish_compression`] wait for it. A batch only reads committed spans
+//! of the spool file, which later content and rollbacks never write, so it runs
+//! safely beside them. (Go compresses inside the commit, `compressThrough`.)
+//!
+//! Where Python and Go differ, this follows Python, which carries our
+//! partition-safety rules:
+//!
+//! - A failed content write fails the request and leaves `delta` as it was (Go's
+//!   `applyContent` retries forever, hanging every append of the journal).
+//! - Spools track how much of their fragment is *confirmed* (committed by every
+//!   member of the route, [`Spool::confirm`]), and may live as recoverable files
+//!   with a record of it ([`files`]), which the Python recovery reads after a
+//!   crash. Go's spool files are always anonymous temporary files.
+//! - A completed spool says whether the journal continues exactly at its end
+//!   ([`Spool::continued`]).
+//! - zstd is written at level 3 and gzip at level 1 (Go: 5, and its default);
+//!   levels are not part of the formats.
+
+pub mod codecs;
+pub mod files;
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sha1::{Digest, Sha1};
+
+use crate::protocol::{
+    journal_spec, CompressionCodec, Fragment, LabelSet, ReplicateRequest, ReplicateResponse,
+    Sha1Sum, Status,
+};
+use codecs::{Compressor, UnsupportedCodec};
+use files::{SpoolFile, COPY_BLOCK};
+
+/// Go's zero `time.Time` as Unix seconds: where a spool that never committed
+/// falls when flush intervals are bucketed (see [`maybe_roll`]).
+const GO_ZERO_TIME_UNIX: i64 = -62_135_596_800;
+
+/// Settings of spools; one is shared by every spool of a broker.
+#[derive(Clone, Debug)]
+pub struct SpoolConfig {
+    /// Directory of spool files (None: the OS temporary directory).
+    pub directory: Option<PathBuf>,
+    /// The primary compresses once this much committed content is uncompressed.
+    pub compression_batch_size: i64,
+    /// Pause before retrying a failed compression (retried until it succeeds: the
+    /// content is committed, so there is nothing to give up to).
+    pub retry_interval: Duration,
+    /// Spool files keep their names in `directory`, beside a record of how much of
+    /// them is confirmed, to be found again after a crash (`--broker.spool-dir`).
+    pub recoverable: bool,
+    /// Recording a confirmation flushes the spool file and its record to the
+    /// device (`--broker.spool-sync`), against power loss; a crash of the process
+    /// alone loses nothing the kernel was given.
+    pub sync: bool,
+    /// Counters shared by every spool made with this config.
+    pub stats: Arc<SpoolStats>,
+}
+
+impl Default for SpoolConfig {
+    fn default() -> Self {
+        SpoolConfig {
+            directory: None,
+            compression_batch_size: 1 << 20,
+            retry_interval: Duration::from_secs(5),
+            recoverable: false,
+            sync: false,
+            stats: Arc::default(),
+        }
+    }
+}
+
+/// Counters of spool events, read by the broker's metrics (the Python
+/// `fragment.metrics` `SPOOL_*` counters).
+#[derive(Debug, Default)]
+pub struct SpoolStats {
+    pub commits: AtomicU64,
+    pub commit_bytes: AtomicU64,
+    pub rollbacks: AtomicU64,
+    pub rollback_bytes: AtomicU64,
+    pub completed: AtomicU64,
+    pub write_failures: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64, by: i64) {
+    counter.fetch_add(by.max(0) as u64, Ordering::Relaxed);
+}
+
+/// A committed fragment with its local file, as an index holds it.
+#[derive(Clone, Debug)]
+pub struct LocalFragment {
+    pub spec: Fragment,
+    pub file: Option<Arc<SpoolFile>>,
+}
+
+/// Told of spool events: commits (for the index) and completions (for the persister).
+pub trait SpoolObserver: Send + Sync {
+    /// The spool's fragment grew.
+    fn spool_commit(&self, fragment: LocalFragment);
+    /// The spool rolled away from a non-empty fragment, handed over here whole.
+    fn spool_complete(&self, spool: Spool, primary: bool);
+}
+
+/// An observer that ignores everything (recovered spools, tests).
+#[derive(Debug, Default)]
+pub struct NullObserver;
+
+impl SpoolObserver for NullObserver {
+    fn spool_commit(&self, _: LocalFragment) {}
+    fn spool_complete(&self, _: Spool, _: bool) {}
+}
+
+/// The clock that dates a spool's first commit.
+pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+/// Why a request could not be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum SpoolError {
+    /// Content did not start where pending content ends (a protocol violation).
+    #[error("invalid ContentDelta ({got}; expected {expected})")]
+    InvalidContentDelta { got: i64, expected: i64 },
+    /// The spool file could not be created or written (e.g. the disk is full).
+    /// Nothing of the request counts as written.
+    #[error("writing spool content of {journal}: {source}")]
+    Write {
+        journal: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The fragment's codec has no compressor.
+    #[error(transparent)]
+    Codec(#[from] UnsupportedCodec),
+    /// Compression was asked of a fragment whose codec is NONE.
+    #[error("compression of a NONE spool")]
+    NotCompressed,
+}
+
+/// The fragment a replica is writing; see the module documentation.
+///
+/// The owner applies requests to it exclusively (`&mut self`).
+pub struct Spool {
+    observer: Arc<dyn SpoolObserver>,
+    config: Arc<SpoolConfig>,
+    clock: Clock,
+    spec: Fragment,
+    file: Option<Arc<SpoolFile>>,
+    registers: LabelSet,
+    first_append_time: Option<SystemTime>,
+    // How far this fragment's content is known to be the journal's (see confirm()):
+    // only that part may be published by a member cut off from its route.
+    confirmed_end: i64,
+    // On a completed spool: it rolled at exactly its end, so the journal goes on
+    // from this content (rather than past a gap).
+    continued: bool,
+    // Uncommitted bytes written past `spec.end`.
+    delta: i64,
+    // SHA-1 through `spec.end + delta`, and its state at `spec.end`: a rollback
+    // restores the latter (Go marshals the hash state; a clone does the same).
+    summer: Sha1,
+    sum_state: Sha1,
+    compressing: Compressing,
+    // Content offset (from `spec.begin`) through which compression was started:
+    // batches are counted from here, not from where the running one will end.
+    compress_target: i64,
+    #[cfg(test)]
+    gate: Option<Arc<tests::Gate>>,
+}
+
+impl fmt::Debug for Spool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Spool<{}:[{}, {}) +{}, codec {}, registers {:?}>",
+            self.spec.journal,
+            self.spec.begin,
+            self.spec.end,
+            self.delta,
+            self.spec.compression_codec,
+            self.registers.labels
+        )
+    }
+}
+
+impl Spool {
+    /// An empty spool of `journal` at offset 0, codec NONE.
+    pub fn new(
+        journal: impl Into<String>,
+        observer: Arc<dyn SpoolObserver>,
+        config: Arc<SpoolConfig>,
+    ) -> Spool {
+        Spool::fresh(
+            Fragment {
+                journal: journal.into(),
+                compression_codec: CompressionCodec::None as i32,
+                ..Fragment::default()
+            },
+            LabelSet::default(),
+            0,
+            observer,
+            config,
+            Arc::new(SystemTime::now),
+        )
+    }
+
+    /// Replaces the clock that dates first commits (tests).
+    pub fn set_clock(&mut self, clock: Clock) {
+        self.clock = clock;
+    }
+
+    fn fresh(
+        spec: Fragment,
+        registers: LabelSet,
+        confirmed_end: i64,
+        observer: Arc<dyn SpoolObserver>,
+        config: Arc<SpoolConfig>,
+        clock: Clock,
+    ) -> Spool {
+        Spool {
+            observer,
+            config,
+            clock,
+            spec,
+            file: None,
+            registers,
+            first_append_time: None,
+            confirmed_end,
+            continued: false,
+            delta: 0,
+            summer: Sha1::new(),
+            sum_state: Sha1::new(),
+            compressing: Compressing::Idle(Compression::default()),
+            compress_target: 0,
+            #[cfg(test)]
+            gate: None,
+        }
+    }
+
+    /// A completed spool of the confirmed content of a recoverable spool file
+    /// found on disk after a crash (the Python `tails.recovered`): `[begin,
+    /// confirmed)` of `file`, its SHA-1 computed afresh.
+    pub fn recovered(
+        journal: impl Into<String>,
+        begin: i64,
+        confirmed: i64,
+        codec: i32,
+        file: Arc<SpoolFile>,
+        config: Arc<SpoolConfig>,
+    ) -> io::Result<Spool> {
+        let mut spec = Fragment {
+            journal: journal.into(),
+            begin,
+            end: confirmed,
+            compression_codec: codec,
+            ..Fragment::default()
+        };
+        if confirmed > begin {
+            spec.sum = Some(sha1_of(&file, (confirmed - begin) as u64)?);
+        }
+        let mut sp = Spool::fresh(
+            spec,
+            LabelSet::default(),
+            confirmed,
+            Arc::new(NullObserver),
+            config,
+            Arc::new(SystemTime::now),
+        );
+        sp.file = Some(file);
+        Ok(sp)
+    }
+
+    // -- Views ----------------------------------------------------------------------
+
+    pub fn journal(&self) -> &str {
+        &self.spec.journal
+    }
+    pub fn begin(&self) -> i64 {
+        self.spec.begin
+    }
+    pub fn end(&self) -> i64 {
+        self.spec.end
+    }
+    /// The committed fragment.
+    pub fn spec(&self) -> &Fragment {
+        &self.spec
+    }
+    /// The local, uncompressed content (None until the first content).
+    pub fn file(&self) -> Option<&Arc<SpoolFile>> {
+        self.file.as_ref()
+    }
+    pub fn registers(&self) -> &LabelSet {
+        &self.registers
+    }
+    /// When the fragment was first committed to.
+    pub fn first_append_time(&self) -> Option<SystemTime> {
+        self.first_append_time
+    }
+    /// Uncommitted bytes written past `end`.
+    pub fn delta(&self) -> i64 {
+        self.delta
+    }
+    pub fn content_length(&self) -> i64 {
+        self.spec.end - self.spec.begin
+    }
+    pub fn config(&self) -> &Arc<SpoolConfig> {
+        &self.config
+    }
+    /// The committed fragment with its file, as the index holds it.
+    pub fn fragment(&self) -> LocalFragment {
+        LocalFragment {
+            spec: self.spec.clone(),
+            file: self.file.clone(),
+        }
+    }
+    /// How far the fragment is known to be the journal's (see [`confirm`](Self::confirm)).
+    pub fn confirmed_end(&self) -> i64 {
+        self.confirmed_end
+    }
+    /// Whether all committed content is known to be the journal's.
+    pub fn confirmed(&self) -> bool {
+        self.confirmed_end >= self.spec.end
+    }
+    /// On a completed spool: whether it was rolled at exactly its end.
+    pub fn continued(&self) -> bool {
+        self.continued
+    }
+
+    /// The fragment that committing the pending `delta` would produce.
+    pub fn next(&self) -> Fragment {
+        let end = self.spec.end + self.delta;
+        Fragment {
+            end,
+            // An empty fragment carries the zero sum, not the SHA-1 of nothing.
+            sum: (self.spec.begin != end).then(|| self.pending_sum()),
+            ..self.spec.clone()
+        }
+    }
+
+    fn pending_sum(&self) -> Sha1Sum {
+        sha1sum_from_digest(&self.summer.clone().finalize().into())
+    }
+
+    // -- Confirmation and recoverable files -----------------------------------------
+
+    /// Every member of the route committed this fragment through `end`.
+    ///
+    /// The primary calls it once every peer acknowledged a proposal; a replica once
+    /// the primary sends the proposal after one it accepted (a primary proposes
+    /// only after the previous proposal's acknowledgements are all in). An `end`
+    /// outside this fragment (it has rolled since) is ignored.
+    pub fn confirm(&mut self, end: i64) {
+        if self.spec.begin <= end && end <= self.spec.end && end > self.confirmed_end {
+            self.confirmed_end = end;
+        }
+    }
+
+    /// Writes the confirmed end into the record of a recoverable spool file (a
+    /// no-op for anonymous ones); with `config.sync`, data and record reach the
+    /// device first. A primary does so before acknowledging the append that
+    /// confirmed it. A failure should be logged rather than fail the append: every
+    /// member holds the content, and only recovery after the whole route crashed
+    /// depends on the record. To record a confirmation after the spool rolled, use
+    /// [`SpoolFile::record_confirmed`] on the file taken when it happened.
+    pub fn record_confirmed(&self) -> io::Result<()> {
+        match &self.file {
+            Some(f) => f
+                .record_confirmed(self.confirmed_end, self.config.sync)
+                .map(drop),
+            None => Ok(()),
+        }
+    }
+
+    /// Removes a recoverable spool file's names: its content is stored (or dropped).
+    pub fn forget_file(&self) -> io::Result<()> {
+        self.file.as_ref().map_or(Ok(()), |f| f.unlink())
+    }
+
+    // -- Transitions ----------------------------------------------------------------
+
+    /// Applies a content or proposal request.
+    ///
+    /// Content fails on a wrong `content_delta` or a failed write; proposals answer
+    /// OK, or PROPOSAL_MISMATCH with this spool's fragment and registers. A
+    /// proposal fails only when compression does (an unsupported codec).
+    pub fn apply(
+        &mut self,
+        req: &ReplicateRequest,
+        primary: bool,
+    ) -> Result<ReplicateResponse, SpoolError> {
+        match &req.proposal {
+            Some(proposal) => {
+                let none = LabelSet::default();
+                let registers = req.registers.as_ref().unwrap_or(&none);
+                self.apply_proposal(proposal, registers, primary)
+            }
+            None => {
+                self.apply_content(&req.content, req.content_delta)?;
+                Ok(ReplicateResponse::default())
+            }
+        }
+    }
+
+    /// Applies a request that cannot fail, such as a rollback derived from this
+    /// spool; panics if it does.
+    pub fn must_apply(&mut self, req: &ReplicateRequest) {
+        match self.apply(req, false) {
+            Ok(resp) if resp.status == Status::Ok as i32 => {}
+            Ok(resp) => panic!("spool refused {req:?}: status {}", resp.status),
+            Err(e) => panic!("spool refused {req:?}: {e}"),
+        }
+    }
+
+    fn apply_content(&mut self, content: &[u8], content_delta: i64) -> Result<(), SpoolError> {
+        if content_delta != self.delta {
+            return Err(SpoolError::InvalidContentDelta {
+                got: content_delta,
+                expected: self.delta,
+            });
+        }
+        let offset = self.content_length() + self.delta;
+        if let Err(source) = self.write_content(content, offset as u64) {
+            // The delta stays: the rollback that follows the failed append ignores
+            // whatever part of the write reached the file.
+            self.config
+                .stats
+                .write_failures
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(SpoolError::Write {
+                journal: self.spec.journal.clone(),
+                source,
+            });
+        }
+        self.summer.update(content);
+        self.delta += content.len() as i64;
+        Ok(())
+    }
+
+    fn write_content(&mut self, content: &[u8], offset: u64) -> io::Result<()> {
+        let file = match &self.file {
+            Some(f) => f,
+            None => {
+                assert_eq!(
+                    self.content_length(),
+                    0,
+                    "spool fragment not empty, but has no file"
+                );
+                let f = match (&self.config.directory, self.config.recoverable) {
+                    (Some(dir), true) => SpoolFile::create_recoverable(
+                        dir,
+                        &self.spec.journal,
+                        self.spec.begin,
+                        self.spec.compression_codec,
+                    )?,
+                    (dir, _) => SpoolFile::create(dir.as_deref())?,
+                };
+                self.file.insert(Arc::new(f))
+            }
+        };
+        file.pwrite(content, offset)
+    }
+
+    fn apply_proposal(
+        &mut self,
+        proposal: &Fragment,
+        registers: &LabelSet,
+        primary: bool,
+    ) -> Result<ReplicateResponse, SpoolError> {
+        // Roll forward when the proposal lies beyond anything we hold (a peer catching
+        // up, or a member that missed commits across a partition), or is the empty
+        // fragment at our end (the primary starting a new fragment).
+        if proposal.end > self.spec.end + self.delta
+            || (proposal.end == self.spec.end && proposal.begin == proposal.end)
+        {
+            self.roll(proposal, registers, primary)?;
+        }
+
+        // Our exact fragment and registers: roll pending content back.
+        if fragments_equal(&self.spec, proposal) && self.registers.labels == registers.labels {
+            if self.delta != 0 {
+                let stats = &self.config.stats;
+                stats.rollbacks.fetch_add(1, Ordering::Relaxed);
+                bump(&stats.rollback_bytes, self.delta);
+            }
+            self.delta = 0;
+            self.summer = self.sum_state.clone();
+            return Ok(ok());
+        }
+
+        // Our fragment extended by the pending content: commit it.
+        if self.delta != 0 && self.is_next(proposal) {
+            let stats = &self.config.stats;
+            stats.commits.fetch_add(1, Ordering::Relaxed);
+            bump(&stats.commit_bytes, self.delta);
+
+            let through = proposal.end - self.spec.begin;
+            if primary
+                && self.spec.compression_codec != CompressionCodec::None as i32
+                && through - self.compress_target >= self.config.compression_batch_size
+            {
+                self.compress_target = through;
+                self.start_batch(proposal.end)?;
+            }
+            self.spec = proposal.clone();
+            self.observer.spool_commit(self.fragment());
+            if self.first_append_time.is_none() {
+                self.first_append_time = Some((self.clock)());
+            }
+            self.registers = registers.clone();
+            self.delta = 0;
+            self.sum_state = self.summer.clone();
+            return Ok(ok());
+        }
+
+        Ok(ReplicateResponse {
+            status: Status::ProposalMismatch as i32,
+            fragment: Some(self.spec.clone()),
+            registers: Some(self.registers.clone()),
+            ..ReplicateResponse::default()
+        })
+    }
+
+    /// Whether `p` is [`next`](Self::next), without cloning the spec to build it.
+    /// Callers check `delta != 0` first, so next's sum is the pending digest (hashed
+    /// last: every cheaper field must match before it is worth computing).
+    fn is_next(&self, p: &Fragment) -> bool {
+        let s = &self.spec;
+        p.end == s.end + self.delta
+            && p.begin == s.begin
+            && p.journal == s.journal
+            && p.compression_codec == s.compression_codec
+            && p.backing_store == s.backing_store
+            && p.mod_time == s.mod_time
+            && p.path_postfix == s.path_postfix
+            && sum_parts(p) == sum_parts_of(Some(&self.pending_sum()))
+    }
+
+    fn roll(
+        &mut self,
+        proposal: &Fragment,
+        registers: &LabelSet,
+        primary: bool,
+    ) -> Result<(), SpoolError> {
+        self.compression_idle()?;
+        let has_compressor =
+            matches!(&self.compressing, Compressing::Idle(c) if c.compressor.is_some());
+        if has_compressor
+            || (primary && self.spec.compression_codec != CompressionCodec::None as i32)
+        {
+            self.finish_compression()?;
+        }
+        // Only a proposal strictly beyond our fragment brings its registers.
+        let registers = if proposal.end > self.spec.end {
+            registers.clone()
+        } else {
+            self.registers.clone()
+        };
+        let fresh = Spool::fresh(
+            Fragment {
+                journal: self.spec.journal.clone(),
+                begin: proposal.end,
+                end: proposal.end,
+                compression_codec: proposal.compression_codec,
+                ..Fragment::default()
+            },
+            registers,
+            proposal.end,
+            self.observer.clone(),
+            self.config.clone(),
+            self.clock.clone(),
+        );
+        // The old state, with its file and compressed copy, becomes the completed
+        // spool; the live one starts from scratch and shares nothing with it.
+        let mut completed = std::mem::replace(self, fresh);
+        #[cfg(test)]
+        {
+            self.gate = completed.gate.take();
+        }
+        if completed.content_length() != 0 {
+            self.config.stats.completed.fetch_add(1, Ordering::Relaxed);
+            completed.continued = proposal.end == completed.spec.end;
+            self.observer.spool_complete(completed, primary);
+        }
+        Ok(())
+    }
+
+    // -- Compression ------------------------------------------------------------------
+
+    /// The compressed copy, once [`finish_compression`](Self::finish_compression)
+    /// made it: its file and length (None for NONE, replicas until asked, empty
+    /// fragments, or while a batch is running).
+    pub fn compressed(&self) -> Option<(&Arc<SpoolFile>, u64)> {
+        match &self.compressing {
+            Compressing::Idle(c) if c.length != 0 => c.file.as_ref().map(|f| (f, c.length)),
+            _ => None,
+        }
+    }
+
+    /// Whether a compressed file exists yet (batches may still be appending to it).
+    pub fn has_compressed_file(&self) -> bool {
+        matches!(&self.compressing, Compressing::Idle(c) if c.file.is_some())
+    }
+
+    /// Waits for the running batch, if any, returning its error.
+    pub fn wait_compression(&mut self) -> Result<(), SpoolError> {
+        self.compression_idle().map(drop)
+    }
+
+    /// Compresses whatever is left and closes the compressor (idempotent). Then
+    /// [`compressed`](Self::compressed) is the whole fragment's encoding (nothing
+    /// for an empty fragment). It blocks: on the primary, completed spools arrive
+    /// already compressed; the persister calls it on a replica's.
+    pub fn finish_compression(&mut self) -> Result<(), SpoolError> {
+        if self.spec.compression_codec == CompressionCodec::None as i32 {
+            return Err(SpoolError::NotCompressed);
+        }
+        let job = self.job();
+        let content_length = self.content_length();
+        let end = self.spec.end;
+        self.compression_idle()?.finish(&job, content_length, end)
+    }
+
+    fn job(&self) -> Job {
+        Job {
+            content: self.file.clone(),
+            codec: self.spec.compression_codec,
+            begin: self.spec.begin,
+            directory: self.config.directory.clone(),
+            retry: self.config.retry_interval,
+        }
+    }
+
+    fn compression_idle(&mut self) -> Result<&mut Compression, SpoolError> {
+        let mut result = Ok(());
+        if matches!(self.compressing, Compressing::Running(_)) {
+            let Compressing::Running(handle) = std::mem::replace(
+                &mut self.compressing,
+                Compressing::Idle(Compression::default()),
+            ) else {
+                unreachable!()
+            };
+            let (state, outcome) = handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            self.compressing = Compressing::Idle(state);
+            result = outcome;
+        }
+        let Compressing::Idle(state) = &mut self.compressing else {
+            unreachable!()
+        };
+        result.map(|()| state)
+    }
+
+    /// Starts compressing through `end` on a thread of its own, once the previous
+    /// batch finished (returning that batch's error instead, if it failed).
+    fn start_batch(&mut self, end: i64) -> Result<(), SpoolError> {
+        self.compression_idle()?;
+        let job = self.job();
+        let Compressing::Idle(mut state) = std::mem::replace(
+            &mut self.compressing,
+            Compressing::Idle(Compression::default()),
+        ) else {
+            unreachable!()
+        };
+        #[cfg(test)]
+        let gate = self.gate.clone();
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let spawned = std::thread::Builder::new()
+            .name("spool-compress".into())
+            .spawn(move || {
+                // The state comes through a channel so that it is not lost when the
+                // thread cannot be made: it is then compressed inline below.
+                let mut state: Compression = rx.recv().expect("compression state sent");
+                #[cfg(test)]
+                if let Some(g) = gate {
+                    g.pass(end);
+                }
+                let outcome = state.compress_through(&job, end);
+                (state, outcome)
+            });
+        match spawned {
+            Ok(handle) => {
+                tx.send(state)
+                    .expect("compression thread waits for its state");
+                self.compressing = Compressing::Running(handle);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!("spool compression thread not started ({e}); compressing inline");
+                let outcome = state.compress_through(&self.job(), end);
+                self.compressing = Compressing::Idle(state);
+                outcome
+            }
+        }
+    }
+}
+
+fn ok() -> ReplicateResponse {
+    ReplicateResponse {
+        status: Status::Ok as i32,
+        ..ReplicateResponse::default()
+    }
+}
+
+/// Field-by-field equality of all eight fragment fields, where an absent sum
+/// equals the zero sum (as Go's value comparison has it; message equality would
+/// tell them apart).
+pub fn fragments_equal(a: &Fragment, b: &Fragment) -> bool {
+    a.begin == b.begin
+        && a.end == b.end
+        && a.journal == b.journal
+        && sum_parts(a) == sum_parts(b)
+        && a.compression_codec == b.compression_codec
+        && a.backing_store == b.backing_store
+        && a.mod_time == b.mod_time
+        && a.path_postfix == b.path_postfix
+}
+
+fn sum_parts(f: &Fragment) -> (u64, u64, u32) {
+    sum_parts_of(f.sum.as_ref())
+}
+
+fn sum_parts_of(s: Option<&Sha1Sum>) -> (u64, u64, u32) {
+    s.map_or((0, 0, 0), |s| (s.part1, s.part2, s.part3))
+}
+
+/// A SHA1Sum of a digest: big-endian words of bytes 0-7, 8-15 and 16-19.
+pub fn sha1sum_from_digest(d: &[u8; 20]) -> Sha1Sum {
+    Sha1Sum {
+        part1: u64::from_be_bytes(d[0..8].try_into().unwrap()),
+        part2: u64::from_be_bytes(d[8..16].try_into().unwrap()),
+        part3: u32::from_be_bytes(d[16..20].try_into().unwrap()),
+    }
+}
+
+/// The lowercase hex digest of a sum (Python's `pb.sha1sum_hex`).
+pub fn sha1sum_hex(s: &Sha1Sum) -> String {
+    format!("{:016x}{:016x}{:08x}", s.part1, s.part2, s.part3)
+}
+
+/// SHA-1 of the first `len` bytes of `file`, read in blocks.
+fn sha1_of(file: &SpoolFile, len: u64) -> io::Result<Sha1Sum> {
+    let mut hasher = Sha1::new();
+    let mut buf = vec![0; COPY_BLOCK.min(len as usize)];
+    let mut pos = 0;
+    while pos < len {
+        let want = buf.len().min((len - pos) as usize);
+        let n = file.read_at(&mut buf[..want], pos)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("spool file ended at {pos}, before {len}"),
+            ));
+        }
+        hasher.update(&buf[..n]);
+        pos += n as u64;
+    }
+    Ok(sha1sum_from_digest(&hasher.finalize().into()))
+}
+
+// -- Compression state ---------------------------------------------------------------
+
+/// Whether a batch is being compressed. While one runs, its thread owns the
+/// compression state and hands it back when joined.
+enum Compressing {
+    Idle(Compression),
+    Running(JoinHandle<(Compression, Result<(), SpoolError>)>),
+}
+
+/// The compressed copy of a spool being built.
+#[derive(Debug, Default)]
+struct Compression {
+    file: Option<Arc<SpoolFile>>,
+    compressor: Option<Compressor>,
+    /// Compressed bytes written to `file`.
+    pos: u64,
+    /// Content offset (from the fragment's begin) compressed through.
+    to: i64,
+    /// `pos` once the compressor is closed; 0 until then.
+    length: u64,
+}
+
+/// What a compression job needs of its spool, taken when it starts.
+struct Job {
+    content: Option<Arc<SpoolFile>>,
+    codec: i32,
+    begin: i64,
+    directory: Option<PathBuf>,
+    retry: Duration,
+}
+
+impl Compression {
+    /// Compresses committed content through offset `end` into `file`. I/O failures
+    /// are retried until they pass (the content is committed: nothing else may
+    /// happen to it); only a codec without a compressor fails.
+    fn compress_through(&mut self, job: &Job, end: i64) -> Result<(), SpoolError> {
+        if job.codec == CompressionCodec::None as i32 {
+            return Err(SpoolError::NotCompressed);
+        }
+        let content = job
+            .content
+            .as_deref()
+            .expect("committed content has a spool file");
+        let stop = end - job.begin;
+        let members = job.codec == CompressionCodec::Gzip as i32;
+        if self.compressor.is_some() {
+            // The usual case: extend the compression with the newly committed span.
+            match self.compress_span(content, self.to, stop, members) {
+                Ok(()) => {
+                    self.to = stop;
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::error!("incremental compression failed; rebuilding: {e}");
+                    self.compressor = None;
+                }
+            }
+        }
+        // Build (or rebuild) the compressed file from the start of the fragment.
+        loop {
+            if self.file.is_none() {
+                match SpoolFile::create(job.directory.as_deref()) {
+                    Ok(f) => self.file = Some(Arc::new(f)),
+                    Err(e) => {
+                        tracing::error!("failed to create compressed spool (will retry): {e}");
+                        std::thread::sleep(job.retry);
+                        continue;
+                    }
+                }
+            }
+            self.pos = 0;
+            self.compressor = Some(Compressor::new(job.codec)?);
+            match self.compress_span(content, 0, stop, members) {
+                Ok(()) => {
+                    self.to = stop;
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::error!("failed to compress spool (will retry): {e}");
+                    self.compressor = None;
+                    std::thread::sleep(job.retry);
+                }
+            }
+        }
+    }
+
+    /// Compresses content `[start, stop)`; with `end_member`, ends the gzip member.
+    fn compress_span(
+        &mut self,
+        content: &SpoolFile,
+        start: i64,
+        stop: i64,
+        end_member: bool,
+    ) -> io::Result<()> {
+        let mut pos = start;
+        let mut buf = vec![0; COPY_BLOCK.min((stop - start).max(0) as usize)];
+        while pos < stop {
+            let want = buf.len().min((stop - pos) as usize);
+            let n = content.read_at(&mut buf[..want], pos as u64)?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("spool file ended at {pos}, before {stop}"),
+                ));
+            }
+            let out = self.compressor().compress(&buf[..n])?;
+            self.write(&out)?;
+            pos += n as i64;
+        }
+        if end_member {
+            let out = self.compressor().close()?;
+            self.write(&out)?;
+        }
+        Ok(())
+    }
+
+    fn compressor(&mut self) -> &mut Compressor {
+        self.compressor.as_mut().expect("a compressor is open")
+    }
+
+    fn write(&mut self, data: &[u8]) -> io::Result<()> {
+        if !data.is_empty() {
+            let file = self.file.as_ref().expect("a compressed file exists");
+            file.pwrite(data, self.pos)?;
+            self.pos += data.len() as u64;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, job: &Job, content_length: i64, end: i64) -> Result<(), SpoolError> {
+        if self.length != 0 {
+            return Ok(()); // Already finished.
+        }
+        if self.to < content_length {
+            self.compress_through(job, end)?;
+        } else if self.compressor.is_none() {
+            return Ok(()); // An empty fragment.
+        }
+        loop {
+            let closed = self.compressor().close().and_then(|tail| self.write(&tail));
+            self.compressor = None;
+            match closed {
+                Ok(()) => {
+                    self.length = self.pos;
+                    return Ok(());
+                }
+                Err(e) => {
+                    // The compressor is spent: rebuild the whole encoding, then close again.
+                    tracing::error!("failed to finish compression (will retry): {e}");
+                    std::thread::sleep(job.retry);
+                    self.compress_through(job, end)?;
+                }
+            }
+        }
+    }
+}
+
+// -- Rolling ----------------------------------------------------------------------------
+
+/// `roll_to_offset` lies before the spool's end.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid roll_to_offset {roll_to_offset} (< end {end})")]
+pub struct InvalidRollToOffset {
+    pub roll_to_offset: i64,
+    pub end: i64,
+}
+
+/// The primary's next proposal for `spool` (Gazette's `maybeRollFragment`,
+/// `broker/replica.go`).
+///
+/// A new empty fragment at `max(end, roll_to_offset)` under the spec's codec when
+/// the spool is empty, longer than `spec.length`, asked to roll to an offset other
+/// than its begin, or first committed to in an earlier flush interval (UTC epoch
+/// buckets of `spec.flush_interval`, whole seconds); otherwise the spool's own
+/// fragment.
+pub fn maybe_roll(
+    spool: &Spool,
+    roll_to_offset: i64,
+    spec: &journal_spec::Fragment,
+    now: SystemTime,
+) -> Result<Fragment, InvalidRollToOffset> {
+    let cl = spool.content_length();
+    let mut flush =
+        cl == 0 || cl > spec.length || (roll_to_offset != 0 && roll_to_offset != spool.begin());
+    let interval = spec.flush_interval.as_ref().map_or(0, |d| d.seconds);
+    if interval > 0 {
+        let first = spool
+            .first_append_time
+            .map_or(GO_ZERO_TIME_UNIX, unix_seconds);
+        // Rust's `/` truncates toward zero, as Go's does: a never-committed spool's
+        // negative bucket never equals today's.
+        if first / interval != unix_seconds(now) / interval {
+            flush = true;
+        }
+    }
+    let mut next = spool.spec.clone();
+    if !flush {
+        return Ok(next);
+    }
+    if roll_to_offset != 0 {
+        if next.end > roll_to_offset {
+            return Err(InvalidRollToOffset {
+                roll_to_offset,
+                end: next.end,
+            });
+        }
+        next.end = roll_to_offset;
+    }
+    next.begin = next.end;
+    next.sum = None;
+    next.compression_codec = spec.compression_codec;
+    Ok(next)
+}
+
+/// Whole seconds since the Unix epoch, rounded down (Go's `Time.Unix`).
+fn unix_seconds(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_secs() as i64,
+        Err(e) => {
+            let d = e.duration();
+            -(d.as_secs() as i64) - i64::from(d.subsec_nanos() > 0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
