@@ -16,30 +16,32 @@ from gazette.keyspace import testing as ks_testing
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
+async def _primary_and_other(
+    cluster: testing.BrokerCluster, name: str, content: bytes = b""
+) -> tuple[Any, Any]:
+    """Create journal ``name`` (replication 1), append ``content``; (a broker that
+    isn't its primary, its primary)."""
+    async with client.JournalClient(client.ClientConfig(address=cluster[0].endpoint)) as jc:
+        change = pb.ApplyRequest.Change(upsert=testing.journal_spec(name, replication=1))
+        await client.apply_journals(jc, pb.ApplyRequest(changes=[change]))
+        async with cluster.channel(0) as ch:
+            await testing.wait_writable(pb2_grpc.JournalStub(ch), name)
+        if content:
+            await client.append(jc, name, content)
+        listing = await client.list_journals(jc, pb.parse_selector(f"name={name}"))
+    route = listing.journals[0].route
+    primary = route.members[route.primary].suffix
+    other = next(b for b in cluster.brokers if b.suffix != primary)
+    owner = next(b for b in cluster.brokers if b.suffix == primary)
+    return other, owner
+
+
 async def test_location_names_the_primarys_http_port_and_headers_are_gos(
     etcd: Any, etcd_server: ks_testing.EtcdServer, tmp_path: pathlib.Path
 ) -> None:
     with testing.running_cluster(etcd_server.endpoint, tmp_path, brokers=2) as cluster:
         name = "http/location"
-        async with client.JournalClient(client.ClientConfig(address=cluster[0].endpoint)) as jc:
-            await client.apply_journals(
-                jc,
-                pb.ApplyRequest(
-                    changes=[
-                        pb.ApplyRequest.Change(
-                            upsert=testing.journal_spec(name, replication=1, stores=[])
-                        )
-                    ]
-                ),
-            )
-            async with cluster.channel(0) as ch:
-                await testing.wait_writable(pb2_grpc.JournalStub(ch), name)
-            await client.append(jc, name, b"hello, http\n")
-            listing = await client.list_journals(jc, pb.parse_selector(f"name={name}"))
-        route = listing.journals[0].route
-        primary = route.members[route.primary].suffix
-        other = next(b for b in cluster.brokers if b.suffix != primary)
-        owner = next(b for b in cluster.brokers if b.suffix == primary)
+        other, owner = await _primary_and_other(cluster, name, b"hello, http\n")
 
         async with aiohttp.ClientSession() as http:
             # Asked at the broker that is not primary: Location is the primary's HTTP port.
@@ -51,7 +53,7 @@ async def test_location_names_the_primarys_http_port_and_headers_are_gos(
                 assert resp.headers["Content-Type"] == "application/octet-stream"
                 assert "Date" in resp.headers
                 token = resp.headers["X-Route-Token"]
-                assert token.startswith(f'members:<zone:"{owner.zone}" suffix:"{primary}" >')
+                assert token.startswith(f'members:<zone:"{owner.zone}" suffix:"{owner.suffix}" >')
                 assert await resp.content.readexactly(12) == b"hello, http\n"
             # ...and an HTTP client can follow it.
             async with http.get(f"{location}?offset=6") as resp:
@@ -72,24 +74,7 @@ async def test_the_grpc_port_serves_the_gateway_too(
     Location names the primary's gRPC port (the port it was asked on)."""
     with testing.running_cluster(etcd_server.endpoint, tmp_path, brokers=2) as cluster:
         name = "http/one-port"
-        async with client.JournalClient(client.ClientConfig(address=cluster[0].endpoint)) as jc:
-            await client.apply_journals(
-                jc,
-                pb.ApplyRequest(
-                    changes=[
-                        pb.ApplyRequest.Change(
-                            upsert=testing.journal_spec(name, replication=1, stores=[])
-                        )
-                    ]
-                ),
-            )
-            async with cluster.channel(0) as ch:
-                await testing.wait_writable(pb2_grpc.JournalStub(ch), name)
-            listing = await client.list_journals(jc, pb.parse_selector(f"name={name}"))
-        route = listing.journals[0].route
-        primary = route.members[route.primary].suffix
-        other = next(b for b in cluster.brokers if b.suffix != primary)
-        owner = next(b for b in cluster.brokers if b.suffix == primary)
+        other, owner = await _primary_and_other(cluster, name)
         other_port = int(other.endpoint.rsplit(":", 1)[1])
         owner_port = int(owner.endpoint.rsplit(":", 1)[1])
 
