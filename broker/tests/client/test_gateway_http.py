@@ -216,28 +216,37 @@ async def test_unknown_method_is_405_with_allow(gw: str) -> None:
     assert b"\r\nallow: get, head, put\r\n" in out.lower()
 
 
-async def put_slowly(base: str, path: str, chunks: int, *, chunk: bytes = b"x" * 65536) -> bytes:
-    """A PUT that sends its body a chunk at a time, reading the response as it goes.
+async def put_slowly(
+    base: str, path: str, chunks: int, *, chunk: bytes = b"x" * 65536, pause: float = 0.001
+) -> tuple[bytes, int]:
+    """A PUT that sends its body a chunk per `pause`, reading the response as it goes.
 
-    Returns what the server answered; a reset before any answer fails the test.
+    The server answers long before the body ends. Returns what it answered and how many
+    chunks were sent before the server stopped taking them: a server that lingers (reads
+    and drops the rest of a refused body) takes all of them, one that closes at once
+    resets the connection, which may cost the client the answer itself.
     """
     host, port = base.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     writer.write(
         f"PUT {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {chunks * len(chunk)}\r\n\r\n".encode()
     )
+    sent = 0
 
     async def send() -> None:
-        try:
+        nonlocal sent
+        with contextlib.suppress(ConnectionError):
             for _ in range(chunks):
                 writer.write(chunk)
                 await writer.drain()
-        except ConnectionError:
-            pass  # The server stopped reading: its answer is what matters.
+                sent += 1
+                await asyncio.sleep(pause)
 
     sender = asyncio.ensure_future(send())
     try:
-        return await asyncio.wait_for(reader.read(), 20)
+        out = await asyncio.wait_for(reader.read(), 20)
+        await asyncio.wait_for(sender, 20)
+        return out, sent
     finally:
         sender.cancel()
         await asyncio.wait((sender,))
@@ -257,9 +266,10 @@ async def test_put_refused_mid_body_is_answered_not_reset(fake: FakeBroker) -> N
     server = http_gateway.Server(grpc_endpoint=fake.endpoint)
     port = await server.start("127.0.0.1", 0)
     try:
-        out = await put_slowly(f"http://127.0.0.1:{port}", "/missing/journal", chunks=256)
+        out, sent = await put_slowly(f"http://127.0.0.1:{port}", "/missing/journal", chunks=256)
     finally:
         await server.close()
+    assert sent == 256
     assert out.startswith(b"HTTP/1.1 500 "), out[:200]
     assert b"connection: close" in out.lower()
     assert out.endswith(b"JOURNAL_NOT_FOUND\n")
@@ -314,7 +324,12 @@ async def test_broker_gateway_answers_refused_and_stalled_puts(
 ) -> None:
     base = f"http://127.0.0.1:{brokers[1].http_port}"
     # Refused at once (no such journal), while the body still streams: a 500, no reset.
-    out = await put_slowly(base, f"/gateway-{uuid.uuid4().hex[:6]}/missing", chunks=256)
+    # The front door ends the exchange when the gateway answers, and must then read and
+    # drop the rest of the body (for up to 2 s) rather than reset the client.
+    out, sent = await put_slowly(
+        base, f"/gateway-{uuid.uuid4().hex[:6]}/missing", chunks=50, pause=0.02
+    )
+    assert sent == 50
     assert out.startswith(b"HTTP/1.1 500 "), out[:300]
     assert out.endswith(b"JOURNAL_NOT_FOUND\n")
 

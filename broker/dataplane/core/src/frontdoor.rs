@@ -527,6 +527,8 @@ impl Server {
                 return;
             }
         }
+        // A second descriptor of the socket, so that it outlives hyper's (see `linger`).
+        let linger_fd = std::os::fd::AsFd::as_fd(&stream).try_clone_to_owned().ok();
         let backend = self.backend.clone();
         let service = service_fn(move |req: Request<Incoming>| {
             let backend = backend.clone();
@@ -584,5 +586,39 @@ impl Server {
         if let Err(e) = result {
             tracing::debug!("connection from {peer}: {e}");
         }
+        if let Some(fd) = linger_fd {
+            linger(fd).await;
+        }
     }
+}
+
+/// How long, and how much, a closed connection is still read before the socket goes.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 16 << 20;
+
+/// A lingering close: reads and drops what the client still sends, until it closes
+/// its side or `LINGER_TIME` / `LINGER_BYTES` pass, before the socket is closed.
+///
+/// hyper has sent our last response and shut its side down, but a client may still be
+/// sending a request body we refused (a PUT to a missing journal): closing a socket
+/// with unread bytes sends a reset, and a client that gets it may lose the answer it
+/// hasn't read yet. Go's `net/http` and our Python gateway do the same.
+async fn linger(fd: std::os::fd::OwnedFd) {
+    use tokio::io::AsyncReadExt;
+    let std_stream = std::net::TcpStream::from(fd);
+    let _ = std_stream.shutdown(std::net::Shutdown::Write);
+    let Ok(mut stream) = tokio::net::TcpStream::from_std(std_stream) else {
+        return;
+    };
+    let _ = tokio::time::timeout(LINGER_TIME, async {
+        let mut buf = vec![0u8; 64 << 10];
+        let mut left = LINGER_BYTES;
+        while left > 0 {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
 }
