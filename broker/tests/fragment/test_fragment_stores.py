@@ -365,3 +365,36 @@ async def test_what_a_cancelled_get_opened_is_closed() -> None:
     # Uncancelled, the caller gets what was opened, still open.
     f = await stores.base.open_in_thread(lambda: io.BytesIO(b"x"), close)
     assert not f.closed
+
+
+async def test_probe_checks_once_and_keeps_nothing(tmp_path: Path) -> None:
+    (tmp_path / "ok").mkdir()
+    reg = registry(tmp_path)
+    assert await reg.probe("file:///ok/", delete_prefix="probe/") is None
+    assert os.listdir(tmp_path / "ok" / "probe") == []  # The delete probe removed its file.
+    err = await reg.probe("file:///missing/")
+    assert isinstance(err, errors.HealthCheckError)
+    assert str(err).startswith("health check PUT failed: invalid file store directory")
+    err = await reg.probe("nope://x/")
+    assert isinstance(err, errors.StoreConfigError)
+    assert "unsupported fragment store scheme: nope" in str(err)
+    assert reg._stores == {}  # Nothing cached, so no health loop runs for any of them.
+
+
+async def test_probe_gives_up_after_its_time(tmp_path: Path) -> None:
+    started = threading.Event()
+
+    def stuck(url: str, config: stores.StoresConfig) -> stores.FileStore:
+        class Stuck(stores.FileStore):
+            async def put(self, *args: object, **kw: object) -> None:
+                started.set()
+                await asyncio.sleep(60)
+
+        return Stuck("file:///", config)
+
+    reg = stores.StoreRegistry(
+        stores.StoresConfig(file_root=str(tmp_path)), providers={"file": stuck}
+    )
+    err = await reg.probe("file:///", within=0.2)
+    assert started.is_set()
+    assert str(err) == "health check took over 0.2s"

@@ -27,6 +27,7 @@ from typing import Any
 
 import aiohttp
 import grpc
+import prometheus_client
 import pytest
 
 from gazette.broker import protocol as pb
@@ -204,6 +205,73 @@ async def test_a_token_per_capability_allows_exactly_its_rpcs(
         "\ncapability x RPC:",
         {k: sorted(r for r, v in row.items() if v != "ok") for k, row in table.items()},
     )
+
+
+# -- FragmentStoreHealth: no requests where no spec points ------------------------------
+
+
+async def test_store_health_of_a_store_no_spec_names_needs_an_administrator(
+    cluster: server_testing.InProcessCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The brokers' own credentials, which a forged request would sign with.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "broker-key-id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "broker-secret")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    # An S3 "endpoint" of the caller's choosing: a listener that counts connections.
+    connections = 0
+
+    async def count(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        writer.close()
+
+    listener = await asyncio.start_server(count, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    elsewhere = f"s3://bucket/p/?endpoint=http://127.0.0.1:{port}"
+    await _setup(cluster, spec("auth/store", "store", cluster))
+
+    async def health(md: Any, store: str) -> str:
+        async with cluster.channel(1) as ch:
+            req = pb.FragmentStoreHealthRequest(fragment_store=store)
+            try:
+                resp = await stub_of(ch).FragmentStoreHealth(req, metadata=md, timeout=60)
+            except grpc.aio.AioRpcError as e:
+                return f"{e.code().name}: {e.details()}"
+            return "ok" if resp.status == pb.OK else resp.store_health_error
+
+    try:
+        # A store a journal names: a READ token of any journal suffices (Gazette's rule).
+        assert await health(bearer(Cap.READ, "name=auth/store"), cluster.store_url) == "ok"
+        # Any other URL: refused before anything is sent there.
+        refused = (
+            f"UNAUTHENTICATED: fragment store {elsewhere} is named by no journal spec:"
+            " checking it needs the APPLY capability over every journal"
+        )
+        assert await health(bearer(Cap.READ, "name=auth/store"), elsewhere) == refused
+        assert await health(bearer(Cap.READ | Cap.APPLY, "topic=store"), elsewhere) == refused
+        assert connections == 0
+        # An administrator's probe is checked once, and nothing of it is kept: no
+        # health loop retries it, and its metrics carry no label of its URL.
+        admin = bearer(Cap.READ | Cap.APPLY)
+        (cluster.file_root / "elsewhere").mkdir(parents=True)
+        other = "file:///elsewhere/"
+        assert await health(admin, other) == "ok"
+        got = await health(admin, elsewhere)
+        assert got.startswith("health check PUT failed"), got
+        assert connections >= 1
+        seen = connections
+        await asyncio.sleep(1.5)  # A kept store's loop would have checked again twice by now.
+        assert connections == seen
+        labels = {
+            sample.labels.get("store")
+            for metric in prometheus_client.REGISTRY.collect()
+            if metric.name.startswith("gazette_store_")
+            for sample in metric.samples
+        }
+        assert elsewhere not in labels and other not in labels
+    finally:
+        listener.close()
+        await listener.wait_closed()
 
 
 # -- Selectors ---------------------------------------------------------------------------

@@ -644,8 +644,10 @@ class JournalServicer(pb2_grpc.JournalServicer):
         resp = await self._edge(
             "FragmentStoreHealth",
             context,
-            auth.Capability.READ,  # Gazette's: store health needs read access, to no journal.
-            lambda _claims, _ctx: metadata_api.store_health(self.svc, request, out),
+            auth.Capability.READ,  # Gazette's; a store no spec names needs more (see there).
+            lambda _claims, ctx: metadata_api.store_health(
+                self.svc, request, ctx.invocation_metadata(), out
+            ),
             out,
         )
         if request.check_delete and resp.status == pb.OK:

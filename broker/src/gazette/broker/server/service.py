@@ -286,6 +286,11 @@ class Service:
         spec: pb.JournalSpec = state.item(i).spec
         return spec
 
+    def store_named(self, url: str) -> bool:
+        """Whether some journal spec names fragment store ``url``."""
+        state = self.observed.state
+        return any(url in kv.decoded.spec.fragment.stores for kv in state.items)
+
     def spool_complete(self, sp: spool.Spool, primary: bool, *, held: bool = False) -> None:
         self.persister.spool_complete(sp, primary, held=held)
 

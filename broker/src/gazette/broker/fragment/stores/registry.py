@@ -62,6 +62,8 @@ DEFAULT_PROVIDERS: Mapping[str, Constructor] = {
 
 SWEEP_INTERVAL = 3600.0
 HEALTH_CHECK_TIMEOUT = 60.0
+# A one-off check of a store no journal names (see StoreRegistry.probe) gets this long.
+PROBE_TIMEOUT = 20.0
 
 
 class StoreRegistry:
@@ -112,6 +114,32 @@ class StoreRegistry:
         if self._tg is not None:
             self._spawn(self._check_loop(a))
         return a
+
+    async def probe(
+        self, url: str, *, delete_prefix: str | None = None, within: float = PROBE_TIMEOUT
+    ) -> BaseException | None:
+        """Check a store once, without keeping it: the error it fails with, or None.
+
+        For stores that no journal names yet (an operator checking a bucket before
+        applying specs to it): unlike :meth:`get`, nothing is cached, no health
+        loop retries it and no metric is labelled with it, so callers naming ever
+        new URLs cost the broker neither requests nor metrics after the answer.
+        """
+        try:
+            store = self._construct(url)
+        except errors.StoreConfigError as e:
+            return e
+        a = active.ActiveStore(url, store, None)
+        try:
+            async with asyncio.timeout(within):
+                await a.check_health()
+                if delete_prefix is not None:
+                    await a.check_delete(delete_prefix)
+        except TimeoutError:
+            return errors.HealthCheckError(f"health check took over {within:g}s", store=url)
+        except errors.FragmentError as e:
+            return e
+        return None
 
     def _construct(self, url: str) -> base.Store:
         scheme = urllib.parse.urlsplit(url).scheme
