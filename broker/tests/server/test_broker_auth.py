@@ -414,6 +414,45 @@ async def test_a_selector_limited_token_sees_only_its_journals(
             assert await resp.read() == b"sel/a/one\nput\n"
 
 
+async def test_debug_token_required_guards_metrics_but_not_ready(
+    etcd_server: ks_testing.EtcdServer, tmp_path: pathlib.Path
+) -> None:
+    async with server_testing.InProcessCluster(
+        etcd_server.endpoint,
+        work_dir=tmp_path,
+        brokers=1,
+        extra_args=["--broker.auth-keys", KEYS, "--broker.debug-token-required"],
+    ) as cluster:
+        assert cluster[0].serving is not None
+        grpc_port = cluster[0].endpoint.rsplit(":", 1)[1]
+        ports = {grpc_port, str(cluster[0].serving.http_port)}
+
+        async def get(port: str, path: str, md: Any = ()) -> tuple[int, str]:
+            headers = {"Authorization": md[0][1]} if md else {}
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(f"http://127.0.0.1:{port}{path}", headers=headers) as resp,
+            ):
+                return resp.status, await resp.text()
+
+        for port in ports:  # The gRPC port's gateway and the HTTP port alike.
+            assert await get(port, "/debug/ready") == (200, "ready\n")
+            assert await get(port, "/debug/metrics") == (
+                401,
+                "missing or empty Authorization token\n",
+            )
+            assert await get(port, "/debug/metrics", bearer(Cap.READ)) == (
+                401,
+                "authorization is missing required LIST capability\n",
+            )
+            assert await get(port, "/debug/metrics", bearer(Cap.LIST, "topic=a")) == (
+                401,
+                "/debug/ needs a token whose selector selects every journal\n",
+            )
+            status, text = await get(port, "/debug/metrics", bearer(Cap.LIST))
+            assert status == 200 and "gazette_" in text
+
+
 # -- Refused tokens ----------------------------------------------------------------------
 
 

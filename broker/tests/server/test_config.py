@@ -200,3 +200,21 @@ def test_auth_keys_by_flag_or_variable_are_checked_and_never_shown() -> None:
         with pytest.raises(SystemExit) as e:
             config.parse(["--broker.auth-keys", bad], env={})
         assert str(e.value).startswith(message), e.value
+
+
+def test_a_boolean_flag_alone_switches_it_on() -> None:
+    assert config.parse(["--broker.auto-suspend"], env={}).broker.auto_suspend is True
+    assert config.parse(["--broker.auto-suspend=false"], env={}).broker.auto_suspend is False
+    assert config.parse(["--broker.auto-suspend", "true"], env={}).broker.auto_suspend is True
+
+
+def test_debug_token_required_needs_keys() -> None:
+    with pytest.raises(SystemExit) as e:
+        config.parse(["--broker.debug-token-required"], env={})
+    assert str(e.value) == (
+        "--broker.debug-token-required needs --broker.auth-keys or --broker.auth-keys-file:"
+        " without keys no token can be checked"
+    )
+    key = "a2V5"
+    cfg = config.parse(["--broker.debug-token-required", "--broker.auth-keys", key], env={})
+    assert cfg.broker.debug_token_required

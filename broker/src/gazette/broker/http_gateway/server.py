@@ -40,7 +40,9 @@ from collections.abc import Callable
 import h11
 import prometheus_client as prom
 
+from gazette.broker import protocol as pb
 from gazette.broker.http_gateway import gateway
+from gazette.broker.protocol import auth as auth_
 from gazette.broker.protocol import dial
 
 __all__ = ["Server", "ServerConfig"]
@@ -89,7 +91,9 @@ class Server:
     """Serves the gateway (and optionally diagnostics) on one HTTP/1.1 port.
 
     ``grpc_endpoint`` is the broker endpoint (``http://host:port``) the gateway's
-    RPCs go to; ``ready`` enables the ``/debug/`` routes.
+    RPCs go to; ``ready`` enables the ``/debug/`` routes. With ``debug_auth``,
+    those other than ``/debug/ready`` need a bearer token it verifies for LIST
+    over every journal: metrics name journals and stores.
     """
 
     def __init__(
@@ -99,8 +103,10 @@ class Server:
         grpc_endpoint: str,
         registry: prom.CollectorRegistry | None = None,
         config: ServerConfig = ServerConfig(),
+        debug_auth: auth_.ServerAuth | None = None,
     ) -> None:
         self._ready = ready
+        self._debug_auth = debug_auth
         self._config = config
         self._registry = registry or prom.REGISTRY
         self._ssl = dial.server_ssl_context(config.listen_config)
@@ -260,9 +266,15 @@ class Server:
         try:
             if self._ready is not None and path.startswith("/debug/"):
                 await self._drain_body(conn, reader)
-                status, ctype, body = self._debug(method, path)
-                allow = [("Allow", "GET")] if status == 405 else []
-                await self._send_simple(conn, writer, status, body, allow, content_type=ctype)
+                status, ctype, body = self._debug(method, path, auth)
+                extra = (
+                    [("Allow", "GET")]
+                    if status == 405
+                    else [("WWW-Authenticate", "Bearer")]
+                    if status == 401
+                    else []
+                )
+                await self._send_simple(conn, writer, status, body, extra, content_type=ctype)
                 return
             if method in ("GET", "HEAD"):
                 await self._drain_body(conn, reader)
@@ -341,6 +353,18 @@ class Server:
             conn.receive_data(extra)
         await self._send(conn, writer, h11.EndOfMessage(headers=reply.trailers))
 
+    def _debug_refusal(self, authorization: str) -> str | None:
+        """Why a ``/debug/`` request's token doesn't do (see the class), or None."""
+        assert self._debug_auth is not None
+        metadata = [("authorization", authorization)] if authorization else []
+        try:
+            claims = self._debug_auth.verify(metadata, auth_.Capability.LIST)
+        except pb.AuthorizationError as e:
+            return str(e)
+        if claims.selector.include.labels or claims.selector.exclude.labels:
+            return "/debug/ needs a token whose selector selects every journal"
+        return None
+
     @staticmethod
     def _closing(conn: h11.Connection, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """``headers``, plus ``Connection: close`` when the request body is not all read."""
@@ -348,7 +372,7 @@ class Server:
             return [*headers, ("Connection", "close")]
         return headers
 
-    def _debug(self, method: str, path: str) -> tuple[int, str, bytes]:
+    def _debug(self, method: str, path: str, authorization: str) -> tuple[int, str, bytes]:
         assert self._ready is not None
         if method != "GET":
             return 405, "text/plain", b"method not allowed\n"
@@ -356,6 +380,10 @@ class Server:
             if self._ready():
                 return 200, "text/plain", b"ready\n"
             return 503, "text/plain", b"not ready\n"
+        if self._debug_auth is not None:
+            refusal = self._debug_refusal(authorization)
+            if refusal is not None:
+                return 401, "text/plain", f"{refusal}\n".encode()
         if path == "/debug/metrics":
             return 200, prom.CONTENT_TYPE_LATEST, prom.generate_latest(self._registry)
         return 404, "text/plain", b"not found\n"

@@ -120,6 +120,9 @@ class BrokerConfig:
     #: ``--broker.auth-keys-file`` (ours): the same keys read from a file, reloaded
     #: when it changes and on SIGHUP (``gazette.broker.server.keyreload``).
     auth_keys_file: str = ""
+    #: ``--broker.debug-token-required`` (ours): ``/debug/`` routes other than
+    #: ``/debug/ready`` need a token of the broker's keys with LIST over every journal.
+    debug_token_required: bool = False
     #: TLS (Gazette's ``--broker.server-cert-file`` etc.): a server certificate
     #: turns it on (the endpoint is then ``https://``), and without one the other
     #: five are ignored. ``server_ca_file`` makes client certificates required;
@@ -433,6 +436,17 @@ _FLAGS: tuple[Flag, ...] = (
         "and the keys in force are kept (default: none)",
     ),
     (
+        "--broker.debug-token-required",
+        "BROKER_DEBUG_TOKEN_REQUIRED",
+        "broker.debug_token_required",
+        parse_bool,
+        False,
+        "Serve /debug/metrics (journal names, store URLs) only to requests bearing a token "
+        "of the auth keys with the LIST capability over every journal (an empty selector), "
+        "as Prometheus sends with its 'authorization' settings; /debug/ready stays open "
+        "for probes. Needs --broker.auth-keys or --broker.auth-keys-file",
+    ),
+    (
         "--broker.server-cert-file",
         "BROKER_SERVER_CERT_FILE",
         "broker.server_cert_file",
@@ -612,6 +626,8 @@ def flag_parser(
         value = default
         if var in env:
             value = typ(env[var])
+        # A boolean alone switches it on, as Gazette's (go-flags) do; `=false` still works.
+        switch: dict[str, Any] = {"nargs": "?", "const": True} if typ is parse_bool else {}
         group.add_argument(
             *names,
             dest=dest,
@@ -619,6 +635,7 @@ def flag_parser(
             default=value,
             metavar=var,
             help=_help(text, var, default, typ, env, secret=flag in SECRET_FLAGS),
+            **switch,
         )
     return parser
 
@@ -667,6 +684,11 @@ def parse(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = Non
     check_broker_spec(cfg.broker)
     check_etcd(cfg.etcd)
     check_auth_keys(cfg.broker.auth_keys, cfg.broker.auth_keys_file)
+    if cfg.broker.debug_token_required and not (cfg.broker.auth_keys or cfg.broker.auth_keys_file):
+        raise SystemExit(
+            "--broker.debug-token-required needs --broker.auth-keys or --broker.auth-keys-file:"
+            " without keys no token can be checked"
+        )
     check_tls(cfg.broker)
     return cfg
 

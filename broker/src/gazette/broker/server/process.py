@@ -231,8 +231,13 @@ async def serve(
         listen_config=listen_cfg,
         dial_config=dial.DialConfig(tls=peer_tls),
     )
-    debug = http_gateway.Server(lambda: ready, grpc_endpoint=endpoint, config=gateway_config)
-    port_gateway = http_gateway.Server(lambda: ready, grpc_endpoint=endpoint, config=gateway_config)
+    debug_auth = keys if bcfg.debug_token_required else None
+    debug = http_gateway.Server(
+        lambda: ready, grpc_endpoint=endpoint, config=gateway_config, debug_auth=debug_auth
+    )
+    port_gateway = http_gateway.Server(
+        lambda: ready, grpc_endpoint=endpoint, config=gateway_config, debug_auth=debug_auth
+    )
     port_gateway.location_port_offset = 0
 
     # Spool files keep their names in a spool dir we were given, to be recovered
