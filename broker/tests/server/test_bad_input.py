@@ -173,6 +173,70 @@ async def test_apply_of_too_many_changes_names_the_limit(
             assert not resp.journals
 
 
+# -- 4. Messages that don't decode --------------------------------------------------------
+
+
+READ = pb.ReadRequest(journal="badinput/x", offset=0).SerializeToString()
+NOT_UTF8_JOURNAL = b"\x12\x02\xff\xfe"  # Field 2 (the journal, of either request) as 0xfffe.
+
+
+@pytest.mark.parametrize(
+    ("rpc", "wire", "names"),
+    [
+        ("ListFragments", bytes(range(256)) + bytes(range(44)), "failed to decode"),
+        ("ListFragments", b"\x08\xff", "failed to decode"),
+        ("Read", READ + NOT_UTF8_JOURNAL, "ReadRequest.journal"),
+    ],
+)
+async def test_a_message_that_does_not_decode_is_invalid_argument(
+    cluster: testing.BrokerCluster, clean_logs: None, rpc: str, wire: bytes, names: str
+) -> None:
+    async with cluster.channel(1) as ch:
+        call = ch.unary_stream if rpc == "Read" else ch.unary_unary
+        method = call(f"/protocol.Journal/{rpc}", request_serializer=lambda b: b)
+        err = await rpc_error(_drain(method(wire, timeout=10)))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err
+    assert err.details().startswith("malformed request message: "), err.details()
+    assert names in err.details()
+
+
+async def _drain(call: object) -> None:
+    if hasattr(call, "__aiter__"):
+        async for _ in call:  # type: ignore[attr-defined]
+            pass
+    else:
+        await call  # type: ignore[misc]
+
+
+async def test_a_proxied_append_with_a_corrupt_message_fails_at_once(
+    cluster: testing.BrokerCluster, clean_logs: None
+) -> None:
+    # A valid first message, then one that doesn't decode, sent to a broker that
+    # proxies to the primary: answered as fast as the primary itself would.
+    name = "badinput/corrupt-proxied"
+    await create(cluster, name, replication=1)
+    async with cluster.channel(0) as ch:
+        header = await route_of(stub_of(ch), name)
+    primary = index_of(cluster, header.route.members[header.route.primary])
+    proxy = (primary + 1) % len(cluster.brokers)
+
+    async def requests() -> AsyncIterator[bytes]:
+        yield pb.AppendRequest(journal=name).SerializeToString()
+        yield NOT_UTF8_JOURNAL
+
+    loop = asyncio.get_running_loop()
+    async with cluster.channel(proxy) as ch:
+        method = ch.stream_unary("/protocol.Journal/Append", request_serializer=lambda b: b)
+        started = loop.time()
+        err = await rpc_error(method(requests(), timeout=30))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err
+    assert "AppendRequest.journal" in err.details()
+    assert loop.time() - started < 5
+    async with cluster.channel(proxy) as ch:
+        resp = await testing.append(stub_of(ch), name, [b"after"])
+    assert resp.status == pb.OK
+
+
 # -- 5. Cancelled streams leave no unhandled exception behind --------------------------------
 
 

@@ -15,11 +15,13 @@
 //! Cf. Gazette's `cmd/gazette/main.go` and `mainboilerplate/server.go`, where one
 //! port serves gRPC and HTTP side by side.
 
+mod validate;
+
 use std::{convert::Infallible, io, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
-use http_body_util::{combinators::BoxBody, BodyExt, Empty};
+use http_body_util::{combinators::BoxBody, BodyExt, Either, Empty};
 use hyper::{body::Incoming, client::conn::http2::SendRequest, service::service_fn};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo},
@@ -304,8 +306,12 @@ pub fn text_response(status: http::StatusCode, text: &str) -> Response<Body> {
 /// A connection to the broker's gRPC server, shared by every forwarded stream.
 pub struct Backend {
     path: PathBuf,
-    conn: Mutex<Option<SendRequest<Incoming>>>,
+    conn: Mutex<Option<SendRequest<Forwarded>>>,
 }
+
+/// A request body on its way to the backend: checked message by message when its
+/// method's request type is known ([`validate`]), else as it came.
+type Forwarded = Either<validate::Checked, Incoming>;
 
 impl Backend {
     /// The Python gRPC server listening on the Unix socket at `path`.
@@ -317,7 +323,7 @@ impl Backend {
     }
 
     /// The shared HTTP/2 connection to the backend, made again if it closed.
-    async fn sender(&self) -> io::Result<SendRequest<Incoming>> {
+    async fn sender(&self) -> io::Result<SendRequest<Forwarded>> {
         let mut conn = self.conn.lock().await;
         if let Some(sender) = conn.as_ref() {
             if !sender.is_closed() {
@@ -373,12 +379,20 @@ impl Backend {
                 &format!("the broker's control plane closed its connection: {e}"),
             );
         }
+        let verdict = validate::Verdict::default();
+        let body = match validate::decoder_of(parts.uri.path()) {
+            Some(decode) => Either::Left(validate::Checked::new(body, decode, verdict.clone())),
+            None => Either::Right(body),
+        };
         match sender.send_request(Request::from_parts(parts, body)).await {
-            Ok(resp) => resp.map(BodyExt::boxed),
-            Err(e) => grpc_error(
-                14,
-                &format!("forwarding to the broker's control plane: {e}"),
-            ),
+            Ok(resp) => resp.map(|body| validate::Answered::new(body, verdict).boxed()),
+            Err(e) => match verdict.get() {
+                Some(why) => grpc_error(3, why),
+                None => grpc_error(
+                    14,
+                    &format!("forwarding to the broker's control plane: {e}"),
+                ),
+            },
         }
     }
 }
@@ -395,19 +409,7 @@ pub fn grpc_error(code: u32, message: &str) -> Response<Body> {
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/grpc"),
     );
-    headers.insert("grpc-status", HeaderValue::from(code));
-    // grpc-message is percent-encoded; keep printable ASCII other than '%' as is.
-    let mut encoded = String::with_capacity(message.len());
-    for b in message.bytes() {
-        if (0x20..0x7f).contains(&b) && b != b'%' {
-            encoded.push(b as char);
-        } else {
-            encoded.push_str(&format!("%{b:02X}"));
-        }
-    }
-    if let Ok(value) = HeaderValue::from_str(&encoded) {
-        headers.insert("grpc-message", value);
-    }
+    headers.extend(validate::status_trailers(code, message));
     resp
 }
 
