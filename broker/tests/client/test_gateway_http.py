@@ -348,3 +348,31 @@ async def test_broker_gateway_answers_refused_and_stalled_puts(
     async with brokers.channel(0) as ch:
         content, _ = await testing.read(pb2_grpc.JournalStub(ch), name)
     assert content == b""  # Nothing of it committed.
+
+
+@pytest.mark.integration
+async def test_broker_answers_oversized_headers_431(brokers: testing.BrokerCluster) -> None:
+    big = "Bearer " + "x" * 20_000
+    for port in (brokers[1].http_port, brokers[1].port):
+        out = await raw_request(
+            f"http://127.0.0.1:{port}",
+            f"GET /a/journal HTTP/1.1\r\nHost: x\r\nAuthorization: {big}\r\n\r\n".encode(),
+        )
+        assert out.startswith(b"HTTP/1.1 431 "), out[:300]
+
+
+@pytest.mark.parametrize(
+    ("fields", "answer"),
+    [
+        (
+            {"Authorization": "Bearer " + "x" * 9000},
+            b"header field authorization is longer than 8 KiB",
+        ),
+        ({f"X-{i}": "y" * 4000 for i in range(5)}, b"request header is longer than 16 KiB"),
+    ],
+)
+async def test_oversized_headers_are_431(gw: str, fields: dict[str, str], answer: bytes) -> None:
+    head = "".join(f"{k}: {v}\r\n" for k, v in fields.items())
+    out = await raw_request(gw, f"GET /a/journal HTTP/1.1\r\nHost: x\r\n{head}\r\n".encode())
+    assert out.startswith(b"HTTP/1.1 431 "), out[:300]
+    assert out.endswith(answer + b"\n")

@@ -50,6 +50,10 @@ __all__ = ["Server", "ServerConfig"]
 log = logging.getLogger(__name__)
 
 _MAX_HEADERS = 16 * 1024
+# The longest header field taken (nginx's default buffer for one line is 8 KiB): the
+# gateway passes Authorization on as gRPC metadata, and the broker's port takes at
+# most 16 KiB of those (HTTP/2's default header list size).
+_MAX_FIELD = 8 * 1024
 _READ_SIZE = 64 * 1024
 _METHODS = "GET, HEAD, PUT"
 
@@ -256,12 +260,22 @@ class Server:
         method = request.method.decode("ascii", "replace")
         target = request.target.decode("utf-8", "replace")
         auth = host = ""
+        head = len(request.target)
         for name, value in request.headers:
             if name == b"authorization":
                 auth = value.decode("latin-1")
             elif name == b"host":
                 host = value.decode("latin-1")
+            head += len(name) + len(value) + 4
+            if len(value) > _MAX_FIELD:
+                field = name.decode("latin-1")
+                await self._refuse_head(conn, writer, f"header field {field} is longer")
+                return
         path = target.split("?", 1)[0]
+        if head > _MAX_HEADERS:
+            # h11 checks the head's size only when it arrives in pieces.
+            await self._refuse_head(conn, writer, "request header is longer")
+            return
 
         try:
             if self._ready is not None and path.startswith("/debug/"):
@@ -364,6 +378,13 @@ class Server:
         if claims.selector.include.labels or claims.selector.exclude.labels:
             return "/debug/ needs a token whose selector selects every journal"
         return None
+
+    async def _refuse_head(
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, what: str
+    ) -> None:
+        limit = _MAX_FIELD if what.startswith("header field") else _MAX_HEADERS
+        text = f"{what} than {limit // 1024} KiB\n".encode()
+        await self._send_simple(conn, writer, 431, text, self._closing(conn, []))
 
     @staticmethod
     def _closing(conn: h11.Connection, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
