@@ -218,3 +218,31 @@ def test_debug_token_required_needs_keys() -> None:
     key = "a2V5"
     cfg = config.parse(["--broker.debug-token-required", "--broker.auth-keys", key], env={})
     assert cfg.broker.debug_token_required
+
+
+def test_max_connections_is_at_least_one() -> None:
+    assert config.parse([], env={}).broker.max_connections == 4096
+    assert config.parse(["--broker.max-connections", "10"], env={}).broker.max_connections == 10
+    with pytest.raises(SystemExit) as e:
+        config.parse(["--broker.max-connections", "0"], env={})
+    assert str(e.value) == "--broker.max-connections must be at least 1: 0"
+
+
+def test_the_open_files_limit_is_raised_for_max_connections(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import resource
+
+    from gazette.broker.server import process
+
+    limits = {"now": (1024, 4096)}
+    monkeypatch.setattr(resource, "getrlimit", lambda _: limits["now"])
+    monkeypatch.setattr(resource, "setrlimit", lambda _, v: limits.update(now=v))
+    cfg = config.parse(["--broker.max-connections", "1000"], env={}).broker
+    process.ensure_open_files(cfg)
+    assert limits["now"] == (3024, 4096)  # 2 ports x 1000 + the broker's own.
+    assert not caplog.records
+    cfg = config.parse(["--broker.max-connections", "4096"], env={}).broker
+    process.ensure_open_files(cfg)
+    assert limits["now"] == (4096, 4096)
+    assert "may need 9216 open files, over the limit of 4096" in caplog.text

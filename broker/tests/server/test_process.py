@@ -88,3 +88,37 @@ def test_each_broker_serves_the_gateway_on_its_http_port(
         for url in urls:
             assert _http("GET", f"{url}/{journal}?offset=0", status=206) == b"one\ntwo\n"
             assert _http("GET", f"{url}/debug/ready") == b"ready\n"
+
+
+@pytest.mark.integration
+async def test_connections_past_max_connections_are_told_why(
+    etcd_server: ks_testing.EtcdServer, tmp_path: pathlib.Path
+) -> None:
+    from gazette.broker.server import testing as server_testing
+
+    async with server_testing.InProcessCluster(
+        etcd_server.endpoint,
+        work_dir=tmp_path,
+        brokers=1,
+        extra_args=["--broker.max-connections", "8"],
+    ) as cluster:
+        port = int(cluster[0].endpoint.rsplit(":", 1)[1])
+        held: list[asyncio.StreamWriter] = []
+        try:
+            for _ in range(16):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                held.append(writer)
+                writer.write(b"GET /debug/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+                answer = await asyncio.wait_for(reader.readuntil(b"\n"), 5)
+                if not answer.startswith(b"HTTP/1.1 200 "):
+                    break
+            assert answer.startswith(b"HTTP/1.1 503 "), answer
+            rest = await asyncio.wait_for(reader.read(), 5)
+            assert rest.endswith(
+                b"this broker serves 8 connections at once, its most"
+                b" (--broker.max-connections): try again soon\n"
+            )
+            assert len(held) <= 9  # Its own connections (the gateway's channel) count too.
+        finally:
+            for writer in held:
+                writer.close()

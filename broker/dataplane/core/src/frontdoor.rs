@@ -451,6 +451,7 @@ pub async fn serve(
         stats,
     });
     let refusals = Throttle::new(Duration::from_secs(10));
+    let refusing = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let accept_errors = Throttle::new(Duration::from_secs(10));
     let grace = loop {
         tokio::select! {
@@ -475,9 +476,25 @@ pub async fn serve(
                 if open >= server.limits.max_connections as u64 {
                     server.stats.refused.fetch_add(1, Ordering::Relaxed);
                     refusals.warn(format_args!(
-                        "refused a connection from {peer}: {open} are open, the most served at once"
+                        "refused a connection from {peer}: {open} are open, the most served \
+                         at once (--broker.max-connections)"
                     ));
-                    drop(stream);
+                    // Told why, while few are being told; past that, closed unanswered.
+                    let tell = server.tls.is_none()
+                        && refusing.fetch_add(1, Ordering::Relaxed) < MAX_REFUSING;
+                    if tell {
+                        let refusing = refusing.clone();
+                        let most = server.limits.max_connections;
+                        tokio::spawn(async move {
+                            let _ = tokio::time::timeout(REFUSAL_TIME, refuse(stream, most)).await;
+                            refusing.fetch_sub(1, Ordering::Relaxed);
+                        });
+                    } else {
+                        if server.tls.is_none() {
+                            refusing.fetch_sub(1, Ordering::Relaxed);
+                        }
+                        drop(stream);
+                    }
                     continue;
                 }
                 let _ = stream.set_nodelay(true);
@@ -591,6 +608,56 @@ impl Server {
         if let Some(fd) = linger_fd {
             linger(fd).await;
         }
+    }
+}
+
+/// Connections over `max_connections` told why at once, and for how long each.
+const MAX_REFUSING: usize = 64;
+const REFUSAL_TIME: Duration = Duration::from_secs(2);
+
+/// Answers a connection accepted over `max_connections` and closes it: an HTTP/1
+/// request gets a 503, an HTTP/2 one (gRPC) UNAVAILABLE, which clients retry, and
+/// both say why. (TLS connections are closed unanswered: a handshake per refusal
+/// would cost what the limit saves.)
+async fn refuse(stream: tokio::net::TcpStream, most: usize) {
+    let why = format!(
+        "this broker serves {most} connections at once, its most (--broker.max-connections): \
+         try again soon"
+    );
+    let mut first = [0u8; 3];
+    match stream.peek(&mut first).await {
+        Ok(3) if &first == b"PRI" => {
+            let service = service_fn(move |_req: Request<Incoming>| {
+                let why = why.clone();
+                async move { Ok::<_, Infallible>(grpc_error(14, &why)) }
+            });
+            let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            // Answer what the client sent at once, then say goodbye (GOAWAY).
+            let _ = tokio::time::timeout(Duration::from_millis(200), conn.as_mut()).await;
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+        Ok(n) if n > 0 => {
+            use tokio::io::AsyncWriteExt;
+            let mut stream = stream;
+            let body = format!("{why}\n");
+            let head = format!(
+                "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n\
+                 Content-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes()).await;
+            let _ = stream.write_all(body.as_bytes()).await;
+            let _ = stream.shutdown().await;
+            let fd = std::os::fd::AsFd::as_fd(&stream).try_clone_to_owned();
+            drop(stream);
+            if let Ok(fd) = fd {
+                linger(fd).await;
+            }
+        }
+        _ => {}
     }
 }
 

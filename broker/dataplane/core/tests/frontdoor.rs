@@ -341,11 +341,47 @@ async fn connections_past_the_limit_are_refused_and_counted() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(h.stats.open.load(Relaxed), 2);
+    // A third is told why and closed: an HTTP/1 request gets a 503 …
     let mut third = tokio::net::TcpStream::connect(("127.0.0.1", h.port))
         .await
         .unwrap();
-    closed_within(&mut third, Duration::from_secs(2)).await;
-    assert_eq!(h.stats.refused.load(Relaxed), 1);
+    third
+        .write_all(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(
+        Duration::from_secs(3),
+        tokio::io::AsyncReadExt::read_to_end(&mut third, &mut answer),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let answer = String::from_utf8(answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
+    assert!(
+        answer.ends_with(
+            "this broker serves 2 connections at once, its most (--broker.max-connections): \
+             try again soon\n"
+        ),
+        "{answer}"
+    );
+    // … and a gRPC call UNAVAILABLE, which clients retry.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", h.port))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let err = JournalClient::new(channel)
+        .apply(ApplyRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable);
+    assert!(
+        err.message().contains("(--broker.max-connections)"),
+        "{err}"
+    );
+    assert_eq!(h.stats.refused.load(Relaxed), 2);
     // Once one closes, a new connection is served again.
     drop(held.pop());
     for _ in 0..100 {

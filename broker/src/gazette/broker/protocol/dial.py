@@ -170,6 +170,8 @@ class ListenConfig:
     """SO_REUSEPORT: off, so that two brokers never share (and steal) a port."""
     tls: TLS | None = None
     """Serve TLS with this certificate (None: plaintext); its CA makes client certificates required."""
+    max_connections: int | None = None
+    """Connections a native port serves at once (None: the data plane's default, 4096)."""
 
     def __post_init__(self) -> None:
         if self.tls is not None and not self.tls.cert_file:
@@ -341,6 +343,7 @@ def listen_native(
             key,
             ca,
             http_backend=os.path.join(directory, "http.sock"),
+            max_connections=config.max_connections,
         )
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)

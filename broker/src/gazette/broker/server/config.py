@@ -104,6 +104,8 @@ class BrokerConfig:
     min_append_rate: int = 1 << 16
     max_replication: int = 9
     max_grpc_recv_size: int = 4 << 20
+    #: ``--broker.max-connections`` (ours): connections each port serves at once.
+    max_connections: int = 4096
     watch_delay_s: float = 0.030
     auto_suspend: bool = False
     drain_timeout_s: float = 60.0
@@ -397,6 +399,16 @@ _FLAGS: tuple[Flag, ...] = (
         "are refused with RESOURCE_EXHAUSTED",
     ),
     (
+        "--broker.max-connections",
+        "BROKER_MAX_CONNECTIONS",
+        "broker.max_connections",
+        int,
+        4096,
+        "Connections each port serves at once; more are answered 503 or UNAVAILABLE "
+        "and closed. Each holds a file descriptor: keep it under the open-files limit "
+        "(ulimit -n)",
+    ),
+    (
         "--broker.watch-delay",
         "BROKER_WATCH_DELAY",
         "broker.watch_delay_s",
@@ -683,6 +695,10 @@ def parse(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = Non
         )
     check_broker_spec(cfg.broker)
     check_etcd(cfg.etcd)
+    if cfg.broker.max_connections < 1:
+        raise SystemExit(
+            f"--broker.max-connections must be at least 1: {cfg.broker.max_connections}"
+        )
     check_auth_keys(cfg.broker.auth_keys, cfg.broker.auth_keys_file)
     if cfg.broker.debug_token_required and not (cfg.broker.auth_keys or cfg.broker.auth_keys_file):
         raise SystemExit(

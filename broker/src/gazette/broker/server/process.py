@@ -45,6 +45,7 @@ import ipaddress
 import json
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -178,6 +179,7 @@ async def serve(
     if signals_are_ours:
         keyreload.handle_sighup(loop, reloader, "--broker.auth-keys")
     listen_cfg, peer_tls = tls_configs(bcfg)
+    ensure_open_files(bcfg)
     server = dial.server(listen_cfg)
     host = bcfg.host or socket.gethostname()
     try:
@@ -428,6 +430,40 @@ def _isolation(
     )
 
 
+# File descriptors a broker needs besides its clients' connections: spool files,
+# etcd and peer connections, the gRPC and gateway sockets behind the front door.
+_OWN_FILES = 1024
+
+
+def ensure_open_files(bcfg: config.BrokerConfig) -> None:
+    """Raise the open-files limit to what ``--broker.max-connections`` needs, if allowed.
+
+    Go's runtime raises its soft limit to the hard one at start; Python doesn't, and
+    a soft limit of 1024 (a common default) would run out long before the connection
+    limit, failing accepts instead of refusing clearly. Logs a warning if the hard
+    limit is too low.
+    """
+    ports = 1 if bcfg.http_port < 0 else 2
+    need = bcfg.max_connections * ports + _OWN_FILES
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    if soft < need:
+        log.warning(
+            "--broker.max-connections %d on %d port(s) may need %d open files, over the"
+            " limit of %d (ulimit -n): raise the limit or lower the flag, else accepts fail"
+            " before connections are refused clearly",
+            bcfg.max_connections,
+            ports,
+            need,
+            soft,
+        )
+
+
 def tls_configs(bcfg: config.BrokerConfig) -> tuple[dial.ListenConfig, dial.TLS]:
     """How the gRPC port listens, and the TLS of calls to peers (``--broker.*-file``).
 
@@ -438,11 +474,14 @@ def tls_configs(bcfg: config.BrokerConfig) -> tuple[dial.ListenConfig, dial.TLS]
     # Appends and Applies refuse messages over --broker.max-grpc-recv-size
     # themselves, with a clear status: gRPC's own limit is only a backstop.
     limit = api.core_receive_limit(bcfg.max_grpc_recv_size)
+    most = bcfg.max_connections
     if not bcfg.tls:
-        return dial.ListenConfig(max_receive_message_size=limit), dial.TLS()
+        return dial.ListenConfig(max_receive_message_size=limit, max_connections=most), dial.TLS()
     serving = dial.TLS(bcfg.server_cert_file, bcfg.server_cert_key_file, bcfg.server_ca_file)
     peer = dial.TLS(bcfg.peer_cert_file, bcfg.peer_cert_key_file, bcfg.peer_ca_file)
-    return dial.ListenConfig(max_receive_message_size=limit, tls=serving), peer
+    return dial.ListenConfig(
+        max_receive_message_size=limit, tls=serving, max_connections=most
+    ), peer
 
 
 async def _drain(
