@@ -17,7 +17,9 @@
 
 mod validate;
 
-use std::{convert::Infallible, io, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+use std::{
+    convert::Infallible, io, net::SocketAddr, path::PathBuf, pin::Pin, sync::Arc, time::Duration,
+};
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
@@ -546,8 +548,6 @@ impl Server {
                 return;
             }
         }
-        // A second descriptor of the socket, so that it outlives hyper's (see `linger`).
-        let linger_fd = std::os::fd::AsFd::as_fd(&stream).try_clone_to_owned().ok();
         let backend = self.backend.clone();
         let service = service_fn(move |req: Request<Incoming>| {
             let backend = backend.clone();
@@ -555,6 +555,7 @@ impl Server {
         });
         let result = match &self.tls {
             None => {
+                let stream = Lingering(Some(stream));
                 let conn = self.builder.serve_connection(TokioIo::new(stream), service);
                 watcher.watch(conn.into_owned()).await
             }
@@ -586,6 +587,7 @@ impl Server {
                     let _ = stream.shutdown().await;
                     return;
                 }
+                let stream = Lingering(Some(stream));
                 let stream = match tokio::time::timeout(deadline, acceptor.accept(stream)).await {
                     Ok(Ok(stream)) => stream,
                     Ok(Err(e)) => {
@@ -604,9 +606,6 @@ impl Server {
         };
         if let Err(e) = result {
             tracing::debug!("connection from {peer}: {e}");
-        }
-        if let Some(fd) = linger_fd {
-            linger(fd).await;
         }
     }
 }
@@ -651,11 +650,7 @@ async fn refuse(stream: tokio::net::TcpStream, most: usize) {
             let _ = stream.write_all(head.as_bytes()).await;
             let _ = stream.write_all(body.as_bytes()).await;
             let _ = stream.shutdown().await;
-            let fd = std::os::fd::AsFd::as_fd(&stream).try_clone_to_owned();
-            drop(stream);
-            if let Ok(fd) = fd {
-                linger(fd).await;
-            }
+            linger(stream).await;
         }
         _ => {}
     }
@@ -672,13 +667,8 @@ const LINGER_BYTES: usize = 16 << 20;
 /// sending a request body we refused (a PUT to a missing journal): closing a socket
 /// with unread bytes sends a reset, and a client that gets it may lose the answer it
 /// hasn't read yet. Go's `net/http` and our Python gateway do the same.
-async fn linger(fd: std::os::fd::OwnedFd) {
+async fn linger(mut stream: tokio::net::TcpStream) {
     use tokio::io::AsyncReadExt;
-    let std_stream = std::net::TcpStream::from(fd);
-    let _ = std_stream.shutdown(std::net::Shutdown::Write);
-    let Ok(mut stream) = tokio::net::TcpStream::from_std(std_stream) else {
-        return;
-    };
     let _ = tokio::time::timeout(LINGER_TIME, async {
         let mut buf = vec![0u8; 64 << 10];
         let mut left = LINGER_BYTES;
@@ -690,4 +680,81 @@ async fn linger(fd: std::os::fd::OwnedFd) {
         }
     })
     .await;
+}
+
+/// A client's socket as hyper (or TLS) holds it: once they let go of it, it closes
+/// lingering (see `linger`), on a task of its own.
+struct Lingering(Option<tokio::net::TcpStream>);
+
+impl Lingering {
+    fn stream(self: Pin<&mut Self>) -> Pin<&mut tokio::net::TcpStream> {
+        Pin::new(
+            self.get_mut()
+                .0
+                .as_mut()
+                .expect("a Lingering stream is taken only when dropped"),
+        )
+    }
+}
+
+impl Drop for Lingering {
+    fn drop(&mut self) {
+        if let Some(stream) = self.0.take() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    let mut stream = stream;
+                    // Our side is done (hyper shut it down, unless the connection
+                    // failed): say so, then read what the client still sends.
+                    let _ = tokio::io::AsyncWriteExt::shutdown(&mut stream).await;
+                    linger(stream).await;
+                });
+            }
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for Lingering {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        self.stream().poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Lingering {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        self.stream().poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        self.stream().poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        self.stream().poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> std::task::Poll<io::Result<usize>> {
+        self.stream().poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.as_ref().is_some_and(|s| s.is_write_vectored())
+    }
 }
