@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 
 from gazette.broker import protocol as pb
@@ -50,3 +52,26 @@ async def test_the_server_refuses_messages_over_its_receive_size() -> None:
                 raise AssertionError("an oversized message was accepted")
     finally:
         await server.stop(None)
+
+
+async def test_a_direct_server_closes_silent_connections_and_those_over_its_limit() -> None:
+    import time
+
+    srv = dial.server(dial.ListenConfig(max_connections=2, handshake_timeout=0.5))
+    port = dial.listen(srv, "127.0.0.1", 0)
+    await srv.start()
+    try:
+        conns = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+        started = time.monotonic()
+
+        async def closed_after(reader: asyncio.StreamReader) -> float:
+            await asyncio.wait_for(reader.read(), 5)
+            return time.monotonic() - started
+
+        took = await asyncio.gather(*(closed_after(r) for r, _ in conns))
+        # Two served until their handshake ran out; the third closed as it arrived.
+        assert sorted(took)[0] < 0.3 <= sorted(took)[1] < 3, took
+        for _, w in conns:
+            w.close()
+    finally:
+        await srv.stop(None)

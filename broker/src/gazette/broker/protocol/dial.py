@@ -160,6 +160,10 @@ class DialConfig:
     """Used for ``https://`` endpoints: the client certificate and the servers' CA."""
 
 
+# Connections a port serves at once, unless told (the native front door's default too).
+DEFAULT_MAX_CONNECTIONS = 4096
+
+
 @dataclasses.dataclass(frozen=True)
 class ListenConfig:
     """How a broker's gRPC server takes connections."""
@@ -171,7 +175,9 @@ class ListenConfig:
     tls: TLS | None = None
     """Serve TLS with this certificate (None: plaintext); its CA makes client certificates required."""
     max_connections: int | None = None
-    """Connections a native port serves at once (None: the data plane's default, 4096)."""
+    """Connections a port serves at once (None: :data:`DEFAULT_MAX_CONNECTIONS`)."""
+    handshake_timeout: float = 10.0
+    """Seconds a new connection has to send its HTTP/2 preface (and TLS handshake)."""
 
     def __post_init__(self) -> None:
         if self.tls is not None and not self.tls.cert_file:
@@ -244,6 +250,15 @@ def server(config: ListenConfig = ListenConfig()) -> grpc.aio.Server:
             # is a wake-up of this process. Wide fixed windows instead.
             ("grpc.http2.bdp_probe", 0),
             ("grpc.http2.lookahead_bytes", 8 << 20),
+            # Where clients reach this server directly (a consumer's port), what the
+            # native front door enforces on a broker's: connections that send nothing
+            # or half a handshake are closed after 10 s (gRPC's default: 120 s), and
+            # connections past the limit are closed as they arrive.
+            ("grpc.server_handshake_timeout_ms", round(config.handshake_timeout * 1000)),
+            (
+                "grpc.max_allowed_incoming_connections",
+                config.max_connections or DEFAULT_MAX_CONNECTIONS,
+            ),
         ]
     )
 
