@@ -301,7 +301,9 @@ def _broker_starter(index: int) -> Callable[[Options, list[Process], Say], Proce
         context, scheme = None, "http"
         if options.secure:
             certs = secure_certs(options.data)
-            argv += [*certs.broker_args(), "--broker.auth-keys", _auth_keys(options.data)]
+            # The keys by file (0600), never on a command line that `ps` shows.
+            keys_file = str(_tls_dir(options.data) / "auth-keys")
+            argv += [*certs.broker_args(), "--broker.auth-keys-file", keys_file]
             context, scheme = certs.client_ssl_context(), "https"
         log = bdir / "broker.log"
         pid = _spawn(argv, log)

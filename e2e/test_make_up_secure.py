@@ -117,6 +117,10 @@ def test_secure_cluster_with_gazctl_and_the_gateway(data: pathlib.Path) -> None:
     assert env["BROKER_ADDRESS"] == brokers[0].endpoint
     assert "export BROKER_AUTH_KEYS=..." in out and env["BROKER_AUTH_KEYS"] not in out
     assert (data / "tls" / "auth-keys").stat().st_mode & 0o077 == 0
+    # Nothing secret on a command line (what `ps` shows any local user).
+    for p in brokers:
+        assert env["BROKER_AUTH_KEYS"] not in " ".join(p.argv)
+        assert "--broker.auth-keys-file" in p.argv
     assert (data / "tls" / "node.key").stat().st_mode & 0o077 == 0
 
     listing = gazctl(env, "journals", "list", "-l", "topic=logs").stdout
