@@ -37,7 +37,10 @@ and authorization: a throwaway CA and certificates under ``<data>/tls``
 ``localhost`` and ``127.0.0.1``), and an HMAC key in ``<data>/tls/auth-keys``.
 Brokers serve ``https://`` with their certificate, require client certificates
 of the CA, dial each other with theirs, and require bearer tokens
-(``--broker.auth-keys``). etcd stays plaintext on loopback. ``<data>/env`` then
+(``--broker.auth-keys-file``). etcd serves ``https://`` with the same CA and
+has auth on: brokers log in as user ``gazette`` (keys under ``/gazette/``
+only), root's and their passwords in 0600 files beside the keys; nothing
+secret is on a command line. ``<data>/env`` then
 also sets gazctl's ``BROKER_CERT_FILE``, ``BROKER_CERT_KEY_FILE``,
 ``BROKER_TRUSTED_CA_FILE`` and ``BROKER_AUTH_KEYS``, and ``BROKER_AUTH_TOKEN``
 (a token of every capability, for a day) for ``curl``; ``up`` prints them.
@@ -173,6 +176,18 @@ def _start_etcd(options: Options, started: list[Process], say: Say) -> Process:
     if peer and not testing.port_is_free(peer):
         say(f"etcd's peer port {peer} is already in use: using a free one")
         peer = 0
+    tls = None
+    if options.secure:
+        certs = secure_certs(options.data)
+        tls = testing.TLSFiles(
+            ca_file=str(certs.ca_file),
+            server_cert=str(certs.node_cert_file),
+            server_key=str(certs.node_key_file),
+            client_cert=str(certs.client_cert_file),
+            client_key=str(certs.client_key_file),
+            other_client_cert="",
+            other_client_key="",
+        )
     server = testing.EtcdServer(
         # Absolute: etcd runs in this directory, so a relative --data-dir would nest.
         work_dir=(options.data / "etcd").resolve(),
@@ -181,8 +196,16 @@ def _start_etcd(options: Options, started: list[Process], say: Say) -> Process:
         name="devcluster",
         detach=True,
         fsync=True,
+        tls=tls,
     )
     server.start()
+    if options.secure:
+        # Client certificates, and a user of its own for the brokers, limited to
+        # Gazette's keys; root's password stays in a 0600 file, as the brokers' does.
+        server.enable_auth(
+            {ETCD_USER: (_secret(options.data, "etcd-password"), "/gazette/")},
+            root_password=_secret(options.data, "etcd-root-password"),
+        )
     argv = server.argv()
     return Process("etcd", server.release(), argv, server.endpoint, str(server.log_path))
 
@@ -301,9 +324,10 @@ def _broker_starter(index: int) -> Callable[[Options, list[Process], Say], Proce
         context, scheme = None, "http"
         if options.secure:
             certs = secure_certs(options.data)
-            # The keys by file (0600), never on a command line that `ps` shows.
+            # Secrets by file (0600), never on a command line that `ps` shows.
             keys_file = str(_tls_dir(options.data) / "auth-keys")
             argv += [*certs.broker_args(), "--broker.auth-keys-file", keys_file]
+            argv += _etcd_args(options.data)
             context, scheme = certs.client_ssl_context(), "https"
         log = bdir / "broker.log"
         pid = _spawn(argv, log)
@@ -338,6 +362,31 @@ def _make_secrets(data: pathlib.Path) -> None:
     fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(base64.b64encode(secrets.token_bytes(32)).decode() + "\n")
+
+
+#: The etcd user of ``up --secure``'s brokers (read and write under ``/gazette/`` only).
+ETCD_USER = "gazette"
+
+
+def _secret(data: pathlib.Path, name: str) -> str:
+    """A fresh random secret in ``<data>/tls/<name>`` (0600)."""
+    value = secrets.token_urlsafe(24)
+    fd = os.open(_tls_dir(data) / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(value + "\n")
+    return value
+
+
+def _etcd_args(data: pathlib.Path) -> list[str]:
+    """How a broker of ``up --secure`` reaches etcd: its client certificate and user."""
+    d = _tls_dir(data)
+    return [
+        "--etcd.cert-file", str(d / "client.crt"),
+        "--etcd.cert-key-file", str(d / "client.key"),
+        "--etcd.trusted-ca-file", str(d / "ca.crt"),
+        "--etcd.username", ETCD_USER,
+        "--etcd.password-file", str(d / "etcd-password"),
+    ]  # fmt: skip
 
 
 def secure_certs(data: pathlib.Path) -> tlstesting.Certs:
@@ -426,6 +475,14 @@ def _write_env(options: Options, processes: list[Process]) -> pathlib.Path:
     ]
     if options.secure:
         lines += [f"export {k}={v}" for k, v in _secure_env(options)]
+        d = _tls_dir(options.data)
+        lines += [
+            f"export ETCD_CERT_FILE={d / 'client.crt'}",
+            f"export ETCD_CERT_KEY_FILE={d / 'client.key'}",
+            f"export ETCD_TRUSTED_CA_FILE={d / 'ca.crt'}",
+            f"export ETCD_USERNAME={ETCD_USER}",
+            f"export ETCD_PASSWORD_FILE={d / 'etcd-password'}",
+        ]
     path = options.data / "env"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -118,9 +118,17 @@ def test_secure_cluster_with_gazctl_and_the_gateway(data: pathlib.Path) -> None:
     assert "export BROKER_AUTH_KEYS=..." in out and env["BROKER_AUTH_KEYS"] not in out
     assert (data / "tls" / "auth-keys").stat().st_mode & 0o077 == 0
     # Nothing secret on a command line (what `ps` shows any local user).
-    for p in brokers:
+    etcd_password = (data / "tls" / "etcd-password").read_text().strip()
+    for p in processes:
         assert env["BROKER_AUTH_KEYS"] not in " ".join(p.argv)
-        assert "--broker.auth-keys-file" in p.argv
+        assert etcd_password not in " ".join(p.argv)
+    assert all("--broker.auth-keys-file" in p.argv for p in brokers)
+    for name in ("etcd-password", "etcd-root-password"):
+        assert (data / "tls" / name).stat().st_mode & 0o077 == 0
+    # etcd: TLS with client certificates, and auth on: no certificate, or no user, is refused.
+    etcd = processes[0].endpoint
+    assert etcd.startswith("https://127.0.0.1:") and env["ETCD_ADDRESS"] == etcd
+    _etcd_refuses(env, etcd, etcd_password)
     assert (data / "tls" / "node.key").stat().st_mode & 0o077 == 0
 
     listing = gazctl(env, "journals", "list", "-l", "topic=logs").stdout
@@ -154,3 +162,30 @@ def test_secure_cluster_with_gazctl_and_the_gateway(data: pathlib.Path) -> None:
     out = make("down", data)
     assert "SIGKILL" not in out, out
     assert not any(devcluster.is_running(p) for p in processes)
+
+
+def _etcd_refuses(env: dict[str, str], endpoint: str, password: str) -> None:
+    """etcd answers the brokers' user with its certificate, and refuses anyone less."""
+    import asyncio
+
+    from gazette import keyspace
+
+    tls = {
+        "cert_file": env["ETCD_CERT_FILE"],
+        "cert_key_file": env["ETCD_CERT_KEY_FILE"],
+        "trusted_ca_file": env["ETCD_TRUSTED_CA_FILE"],
+    }
+
+    async def get(**kw: str) -> str:
+        client = await keyspace.connect(keyspace.EtcdConfig(address=endpoint, **kw), call_timeout=5)
+        try:
+            await client.get(b"/gazette/")
+            return "ok"
+        except Exception as e:  # noqa: BLE001 (what kind of refusal is the finding)
+            return type(e).__name__
+        finally:
+            await client.close()
+
+    assert asyncio.run(get(**tls, username=env["ETCD_USERNAME"], password=password)) == "ok"
+    assert asyncio.run(get(**tls)) != "ok"  # No user: auth on.
+    assert asyncio.run(get(trusted_ca_file=tls["trusted_ca_file"])) != "ok"  # No certificate.

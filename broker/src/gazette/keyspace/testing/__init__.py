@@ -356,6 +356,7 @@ class EtcdServer:
         self.initial_cluster = initial_cluster
         #: Whether :meth:`enable_auth` turned etcd auth on (then :meth:`config` is root's).
         self.auth_enabled = False
+        self.root_password = ROOT_PASSWORD
         self.name = name
         self.detach = detach
         self.fsync = fsync
@@ -388,7 +389,7 @@ class EtcdServer:
         """The connection options reaching this server: its endpoint, the client
         certificate of ``tls``, and ``username`` (root once auth is on)."""
         if username is None and self.auth_enabled:
-            username, password = "root", ROOT_PASSWORD
+            username, password = "root", self.root_password
         tls = self.tls
         return ks_options.EtcdConfig(
             address=self.endpoint,
@@ -604,14 +605,20 @@ class EtcdServer:
         proc.returncode = 0
         return proc.pid
 
-    def enable_auth(self, users: Mapping[str, tuple[str, str]] | None = None) -> None:
-        """Turn etcd auth on, with a ``root`` user (password :data:`ROOT_PASSWORD`) and
+    def enable_auth(
+        self,
+        users: Mapping[str, tuple[str, str]] | None = None,
+        *,
+        root_password: str = ROOT_PASSWORD,
+    ) -> None:
+        """Turn etcd auth on, with a ``root`` user (password ``root_password``) and
         each ``name: (password, prefix)`` of ``users``, allowed to read and write
         the keys under ``prefix`` only. Uses etcd's gRPC Auth API. Blocks."""
-        _run_blocking(lambda: self._enable_auth(dict(users or {})))
+        _run_blocking(lambda: self._enable_auth(dict(users or {}), root_password))
         self.auth_enabled = True
+        self.root_password = root_password
 
-    async def _enable_auth(self, users: dict[str, tuple[str, str]]) -> None:
+    async def _enable_auth(self, users: dict[str, tuple[str, str]], root_password: str) -> None:
         import aetcd.rpc
 
         from gazette import keyspace
@@ -619,7 +626,7 @@ class EtcdServer:
         client = await keyspace.connect(self.config(), call_timeout=10)
         try:
             stub: Any = aetcd.rpc.AuthStub(client.channel)
-            await stub.UserAdd(aetcd.rpc.AuthUserAddRequest(name="root", password=ROOT_PASSWORD))
+            await stub.UserAdd(aetcd.rpc.AuthUserAddRequest(name="root", password=root_password))
             await stub.UserGrantRole(aetcd.rpc.AuthUserGrantRoleRequest(user="root", role="root"))
             for name, (password, prefix) in users.items():
                 role = f"{name}-role"
