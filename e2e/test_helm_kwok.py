@@ -130,9 +130,10 @@ def _secret_getter(cluster: kwokcluster.KwokCluster) -> Any:
 def _gazctl(
     home: pathlib.Path, address: str, *args: str, input: str | None = None
 ) -> subprocess.CompletedProcess[str]:
+    keys = home / "auth-keys"  # The release's keys (authorization is on by default).
     return subprocess.run(
         [str(pods.VENV_BIN / "gazctl"), "journals", *args, "--broker.address", address],
-        env=pods.base_env(home),
+        env={**pods.base_env(home), "BROKER_AUTH_KEYS": keys.read_text() if keys.exists() else ""},
         input=input,
         capture_output=True,
         text=True,
@@ -200,6 +201,7 @@ def test_helm_install_on_kwok_nodes_in_three_zones(
 
         # --- the brokers, as local processes with their pods' environment ------------
         secret = _secret_getter(cluster)
+        (tmp_path / "auth-keys").write_text(secret("gazette-auth-keys", "auth-keys"))
         ports = etcd_testing.free_ports(7)
         brokers: list[pods.LocalProcess] = []
         try:
@@ -207,6 +209,9 @@ def test_helm_install_on_kwok_nodes_in_three_zones(
                 (container,) = pod["spec"]["containers"]
                 assert pod["status"].get("podIP"), "kwok gives each pod an IP"
                 env = pods.resolve_env(container, pod=pod, secret=secret)
+                env = pods.mount_secrets(
+                    env, container, pod=pod, secret=secret, directory=tmp_path / f"secrets-{i}"
+                )
                 assert (
                     env["BROKER_ZONE"] == pod["metadata"]["labels"]["topology.kubernetes.io/zone"]
                 )
@@ -413,6 +418,13 @@ def test_zone_from_node_with_least_rbac(
 
                 (container,) = pod["spec"]["containers"]
                 env = pods.resolve_env(container, pod=pod, secret=_secret_getter(cluster))
+                env = pods.mount_secrets(
+                    env,
+                    container,
+                    pod=pod,
+                    secret=_secret_getter(cluster),
+                    directory=tmp_path / name / "secrets",
+                )
                 assert "BROKER_ZONE" not in env  # the wrapper exports it from the file
                 env["BROKER_PORT"] = str(ports[2 * i])
                 env["BROKER_HTTP_PORT"] = str(ports[2 * i + 1])

@@ -137,6 +137,8 @@ def cluster(
         assert "initContainers" not in spec  # zones from the pods' topology labels
         container_ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         (spool_mount,) = [m for m in container["volumeMounts"] if m["name"] == "spool"]
+        # The chart's own auth keys (authorization is on by default), for gazctl.
+        (tmp_path / "auth-keys").write_text(rendered.secret("gazette-auth-keys", "auth-keys"))
         assert container["readinessProbe"]["httpGet"] == {"path": "/debug/ready", "port": "http"}
         brokers = []
         for i in range(sts["spec"]["replicas"]):
@@ -152,6 +154,11 @@ def cluster(
             assert env["BROKER_PORT"] == str(container_ports["grpc"])
             assert env["BROKER_HTTP_PORT"] == str(container_ports["http"])
             assert env["BROKER_SPOOL_DIR"] == spool_mount["mountPath"]
+            assert env["BROKER_AUTH_KEYS_FILE"] == "/etc/gazette/auth/auth-keys"
+            env = pods.mount_secrets(
+                env, container, pod=sts["spec"]["template"], secret=rendered.secret,
+                directory=tmp_path / name / "secrets",
+            )  # fmt: skip
             env["BROKER_PORT"] = str(ports[2 * i])
             env["BROKER_HTTP_PORT"] = str(ports[2 * i + 1])
             env["BROKER_SPOOL_DIR"] = str(tmp_path / name / "spool")
@@ -175,7 +182,8 @@ def _gazctl(
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(pods.VENV_BIN / "gazctl"), "journals", *args, "--broker.address", address],
-        env=pods.base_env(tmp),
+        # Signing with the release's keys, as the helm test pod does.
+        env={**pods.base_env(tmp), "BROKER_AUTH_KEYS": (tmp / "auth-keys").read_text()},
         input=input,
         capture_output=True,
         text=True,

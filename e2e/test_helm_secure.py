@@ -175,8 +175,31 @@ def test_consumer_server_tls(helm_bin: pathlib.Path) -> None:
     assert "exec" in _container(consumer)["readinessProbe"]
 
 
-def test_without_security_nothing_changes(helm_bin: pathlib.Path) -> None:
+def test_authorization_is_on_by_default_with_keys_of_the_charts_own(
+    helm_bin: pathlib.Path,
+) -> None:
     objects = helm.template(helm_bin, kube_version="1.36.0")
+    secret = _one(objects, "Secret", "-auth-keys")
+    assert secret["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    key = base64.b64decode(base64.b64decode(secret["data"]["auth-keys"]))
+    assert len(key) == 32
+    sts = _one(objects, "StatefulSet", "-broker")
+    assert _env(sts)["BROKER_AUTH_KEYS_FILE"] == "/etc/gazette/auth/auth-keys"
+    assert _mounted(sts) == {"/etc/gazette/auth": ("gazette-auth-keys", True)}
+    # helm test's gazctl signs with the same keys.
+    assert _env(_one(objects, "Pod", "-test-roundtrip"))["BROKER_AUTH_KEYS"] == {
+        "secretKeyRef": {"name": "gazette-auth-keys", "key": "auth-keys"}
+    }
+    # Each render makes a new key (helm install's lookup keeps an installed one).
+    again = _one(helm.template(helm_bin, kube_version="1.36.0"), "Secret", "-auth-keys")
+    assert again["data"] != secret["data"]
+
+
+def test_without_security_nothing_changes(helm_bin: pathlib.Path) -> None:
+    objects = helm.template(
+        helm_bin, kube_version="1.36.0", sets={"security.authKeys.generate": False}
+    )
+    assert not [o for o in objects if o["kind"] == "Secret" and "auth" in o["metadata"]["name"]]
     sts = _one(objects, "StatefulSet", "-broker")
     env = _env(sts)
     assert not [

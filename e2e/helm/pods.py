@@ -24,7 +24,7 @@ from typing import Any
 
 from gazette.keyspace import testing as etcd_testing
 
-__all__ = ["VENV_BIN", "LocalProcess", "base_env", "local_command", "resolve_env"]
+__all__ = ["VENV_BIN", "LocalProcess", "base_env", "local_command", "mount_secrets", "resolve_env"]
 
 VENV_BIN = pathlib.Path(sys.executable).parent
 
@@ -69,6 +69,39 @@ def resolve_env(
         env[var["name"]] = re.sub(r"\$\((\w+)\)", lambda m: env.get(m[1], m[0]), value)
     assert not container.get("envFrom"), "envFrom is not resolved here"
     return env
+
+
+def mount_secrets(
+    env: dict[str, str],
+    container: Mapping[str, Any],
+    *,
+    pod: Mapping[str, Any],
+    secret: SecretGetter,
+    directory: pathlib.Path,
+) -> dict[str, str]:
+    """``env`` with paths into the container's Secret volumes made local.
+
+    Each variable naming a file under a Secret volume's mount path (e.g.
+    ``BROKER_AUTH_KEYS_FILE``) gets that file, written from the Secret as the kubelet
+    would mount it, under ``directory/<volume>/``.
+    """
+    spec = pod.get("spec", {})
+    volumes = {
+        v["name"]: v["secret"]["secretName"] for v in spec.get("volumes", []) if "secret" in v
+    }
+    out = dict(env)
+    for mount in container.get("volumeMounts", []):
+        if mount["name"] not in volumes:
+            continue
+        prefix = mount["mountPath"].rstrip("/") + "/"
+        local = directory / mount["name"]
+        for name, value in env.items():
+            if value.startswith(prefix):
+                key = value[len(prefix) :]
+                local.mkdir(parents=True, exist_ok=True)
+                (local / key).write_text(secret(volumes[mount["name"]], key))
+                out[name] = str(local / key)
+    return out
 
 
 def base_env(home: pathlib.Path) -> dict[str, str]:

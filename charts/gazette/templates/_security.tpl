@@ -67,11 +67,22 @@ Roles: broker, consumer, operator, client (helm test's gazctl).
 {{- end }}
 {{- end -}}
 
+{{/* The Secret of auth keys: the one named, else the chart's own (security.authKeys.generate), else none. */}}
+{{- define "gazette.authKeysSecret" -}}
+{{- $a := .Values.security.authKeys -}}
+{{- if $a.secretName -}}
+{{ $a.secretName }}
+{{- else if $a.generate -}}
+{{ include "gazette.fullname" . }}-auth-keys
+{{- end -}}
+{{- end -}}
+
 {{/* Environment of a role's security: (dict "ctx" $ "role" "broker"). */}}
 {{- define "gazette.securityEnv" -}}
 {{- $ctx := .ctx -}}
 {{- $s := $ctx.Values.security -}}
-{{- if $s.authKeys.secretName }}
+{{- $authSecret := include "gazette.authKeysSecret" $ctx }}
+{{- if $authSecret }}
 {{- if eq .role "broker" }}
 - name: BROKER_AUTH_KEYS_FILE
   value: {{ printf "/etc/gazette/auth/%s" $s.authKeys.key | quote }}
@@ -79,7 +90,7 @@ Roles: broker, consumer, operator, client (helm test's gazctl).
 - name: BROKER_AUTH_KEYS
   valueFrom:
     secretKeyRef:
-      name: {{ $s.authKeys.secretName }}
+      name: {{ $authSecret }}
       key: {{ $s.authKeys.key }}
 {{- end }}
 {{- end }}
@@ -100,7 +111,7 @@ Roles: broker, consumer, operator, client (helm test's gazctl).
 
 {{- define "gazette.securityVolumeMounts" -}}
 {{- $ctx := .ctx -}}
-{{- if and $ctx.Values.security.authKeys.secretName (eq .role "broker") }}
+{{- if and (include "gazette.authKeysSecret" $ctx) (eq .role "broker") }}
 # A directory, not a subPath: the kubelet updates it when the Secret changes.
 - name: auth-keys
   mountPath: /etc/gazette/auth
@@ -120,10 +131,10 @@ Roles: broker, consumer, operator, client (helm test's gazctl).
 
 {{- define "gazette.securityVolumes" -}}
 {{- $ctx := .ctx -}}
-{{- if and $ctx.Values.security.authKeys.secretName (eq .role "broker") }}
+{{- if and (include "gazette.authKeysSecret" $ctx) (eq .role "broker") }}
 - name: auth-keys
   secret:
-    secretName: {{ $ctx.Values.security.authKeys.secretName }}
+    secretName: {{ include "gazette.authKeysSecret" $ctx }}
     defaultMode: 0440
 {{- end }}
 {{- range $use := include "gazette.tlsUses" . | fromJsonArray }}
