@@ -19,6 +19,11 @@
     log an unhandled exception. The broker must be healthy after: the last
     test appends to and reads back a journal no fuzzed request touched, and
     prints how each RPC was answered (run with ``-s`` to see it).
+
+(c) The HTTP gateway, on both of a broker's ports: generated methods, paths,
+    queries, headers (tokens, lengths that lie, chunked bodies that aren't) and
+    bodies. Every answer is HTTP/1 with a status the gateway gives (or the
+    connection closed), and never a traceback or a repr.
 """
 
 from __future__ import annotations
@@ -786,6 +791,135 @@ def test_fuzz_fragment_store_health(
     )
 
 
+# -- The HTTP gateway (both ports) --------------------------------------------------------
+
+#: What the gateway may answer a fuzzed request with (never 5xx other than Gazette's 500
+#: for a refused append, and 503 while a broker isn't ready).
+HTTP_ANSWERS = {200, 204, 206, 400, 401, 404, 405, 408, 411, 413, 416, 431, 500, 501, 503, 505}
+
+_methods = st.one_of(
+    st.sampled_from(["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS", "get", "PRI"]),
+    st.from_regex(r"[A-Z]{1,12}", fullmatch=True),
+)
+_paths = st.one_of(
+    st.sampled_from(
+        [
+            f"/{TARGET}",
+            f"/{HEALTH}",
+            "/",
+            "//x",
+            "/../etc/passwd",
+            "/%00",
+            "/debug/ready",
+            "/debug/metrics",
+            "/debug/",
+            "*",
+            "/a;meta",
+            f"/{TARGET}/../{HEALTH}",
+        ]
+    ),
+    st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=60).map(
+        lambda t: "/" + t
+    ),
+)
+_queries = st.one_of(
+    st.just(""),
+    st.sampled_from(
+        [
+            "?offset=0",
+            "?offset=-1",
+            "?offset=x",
+            "?offset=99999999999999999999",
+            "?block=false",
+            "?offset=0&offset=1",
+            "?%zz",
+            "?",
+        ]
+    ),
+)
+_headers = st.lists(
+    st.one_of(
+        st.sampled_from(
+            [
+                ("Authorization", "Bearer " + SIGNER.sign(auth.Claims(Cap.ALL), 3600)),
+                ("Authorization", "Bearer garbage"),
+                ("Authorization", "Basic Zm9vOmJhcg=="),
+                ("Content-Length", "5"),
+                ("Content-Length", "-1"),
+                ("Content-Length", "99999999999999999999"),
+                ("Transfer-Encoding", "chunked"),
+                ("Transfer-Encoding", "gzip"),
+                ("Expect", "100-continue"),
+                ("Connection", "keep-alive"),
+                ("Host", ""),
+            ]
+        ),
+        st.tuples(
+            st.from_regex(r"[A-Za-z-]{1,20}", fullmatch=True),
+            st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=80),
+        ),
+    ),
+    max_size=6,
+)
+HTTP_COUNTS: collections.Counter[str] = collections.Counter()
+
+
+async def _http_exchange(port: int, request: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        writer.write_eof()
+        return await asyncio.wait_for(reader.read(), RPC_DEADLINE + 12)
+    except ConnectionError:
+        return b""  # Refused at once (a reset), which is an answer too.
+    finally:
+        writer.close()
+
+
+@_fuzz
+@given(
+    method=_methods,
+    path=_paths,
+    query=_queries,
+    headers=_headers,
+    body=st.binary(max_size=64),
+    version=st.sampled_from(["HTTP/1.1", "HTTP/1.1", "HTTP/1.0", "HTTP/2.0", "HTTP/9"]),
+    port=st.sampled_from(["grpc", "http"]),
+)
+def test_fuzz_http_gateway(
+    brokers: Brokers,
+    method: str,
+    path: str,
+    query: str,
+    headers: list[tuple[str, str]],
+    body: bytes,
+    version: str,
+    port: str,
+) -> None:
+    if "block=true" in query.lower():
+        return  # A blocking read waits for content: not an answer to wait for here.
+    head = f"{method} {path}{query} {version}\r\nHost: x\r\n"
+    head += "".join(f"{k}: {v}\r\n" for k, v in headers)
+    request = head.encode() + b"\r\n" + body
+    broker = brokers.cluster[0]
+    assert broker.serving is not None
+    number = int(broker.endpoint.rsplit(":", 1)[1]) if port == "grpc" else broker.serving.http_port
+    answer = brokers.run(_http_exchange(number, request), timeout=RPC_DEADLINE + 20)
+    if not answer:
+        HTTP_COUNTS["closed"] += 1
+        return
+    while answer.startswith(b"HTTP/1.1 100 "):  # Expect: 100-continue, then the answer.
+        answer = answer.split(b"\r\n\r\n", 1)[1]
+    status_line = answer.split(b"\r\n", 1)[0]
+    assert status_line.startswith((b"HTTP/1.1 ", b"HTTP/1.0 ")), answer[:200]
+    code = int(status_line.split()[1])
+    assert code in HTTP_ANSWERS, answer[:300]
+    for bad in (b"Traceback", b"object at 0x", b"Exception"):
+        assert bad not in answer, answer[:500]
+    HTTP_COUNTS[str(code)] += 1
+
+
 def test_the_brokers_are_healthy_after_the_fuzzing(brokers: Brokers) -> None:
     async def check() -> None:
         for i, stub in enumerate(brokers.stubs):  # Appends proxied or not, replicated.
@@ -805,3 +939,4 @@ def test_the_brokers_are_healthy_after_the_fuzzing(brokers: Brokers) -> None:
     print(f"\nfuzzed token parser: {dict(TOKEN_COUNTS)}")
     for rpc in sorted(RPC_COUNTS):
         print(f"fuzzed {rpc}: {sum(RPC_COUNTS[rpc].values())} requests, {dict(RPC_COUNTS[rpc])}")
+    print(f"fuzzed the HTTP gateway: {sum(HTTP_COUNTS.values())} requests, {dict(HTTP_COUNTS)}")

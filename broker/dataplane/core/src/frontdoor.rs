@@ -280,6 +280,21 @@ async fn forward_http1(path: &std::path::Path, req: Request<Incoming>) -> Respon
             }
             Response::from_parts(parts, body.boxed())
         }
+        // The client's body failed on its way (it ended before its Content-Length,
+        // or its chunks don't parse): the client's fault, answered as such.
+        Err(e) if e.is_user() => {
+            // The innermost cause says what was wrong ("connection closed before
+            // message completed"); the outer ones only where it happened.
+            let mut cause: &dyn std::error::Error = &e;
+            while let Some(inner) = cause.source() {
+                cause = inner;
+            }
+            let why = cause.to_string();
+            text_response(
+                http::StatusCode::BAD_REQUEST,
+                &format!("reading the request body: {why}\n"),
+            )
+        }
         Err(e) => text_response(
             http::StatusCode::BAD_GATEWAY,
             &format!("the broker's HTTP gateway: {e}\n"),
