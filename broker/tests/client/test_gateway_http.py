@@ -376,3 +376,29 @@ async def test_oversized_headers_are_431(gw: str, fields: dict[str, str], answer
     out = await raw_request(gw, f"GET /a/journal HTTP/1.1\r\nHost: x\r\n{head}\r\n".encode())
     assert out.startswith(b"HTTP/1.1 431 "), out[:300]
     assert out.endswith(answer + b"\n")
+
+
+@pytest.mark.parametrize(
+    ("head", "status"),
+    [
+        (b"HEAD /debug/ready HTTP/1.1\r\nHost: x\r\n", b"405"),
+        (b"HEAD /a/journal HTTP/1.1\r\nHost: x\r\nX-Big: " + b"y" * 9000 + b"\r\n", b"431"),
+    ],
+)
+async def test_a_refused_head_request_gets_headers_only(
+    gw: str, head: bytes, status: bytes
+) -> None:
+    # A HEAD's answer has no body: sending one failed the connection's handler (h11's
+    # "Too much data for declared Content-Length", found by fuzzing).
+    loop = asyncio.get_running_loop()
+    failures: list[dict[str, object]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: failures.append(context))
+    try:
+        out = await raw_request(gw, head + b"Connection: close\r\n\r\n")
+        await asyncio.sleep(0.1)
+    finally:
+        loop.set_exception_handler(previous)
+    assert out.startswith(b"HTTP/1.1 " + status + b" "), out
+    assert out.endswith(b"\r\n\r\n"), out
+    assert not failures, failures

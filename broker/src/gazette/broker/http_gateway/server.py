@@ -79,6 +79,13 @@ class _ClientGone(Exception):
     pass
 
 
+class _Connection(h11.Connection):
+    """An h11 server connection that knows whether the request in hand is a HEAD's:
+    an answer to one has a body's headers but never its bytes (h11 refuses them)."""
+
+    head_request = False
+
+
 def _response(status: int, headers: list[tuple[str, str]]) -> h11.Response:
     try:
         reason = http.HTTPStatus(status).phrase
@@ -156,7 +163,7 @@ class Server:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
-        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEADERS)
+        conn = _Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEADERS)
         try:
             while True:
                 event = await self._next_event(conn, reader)
@@ -238,7 +245,7 @@ class Server:
         if status != 204:  # A 204 has no body, so no body headers either.
             fields += [("Content-Type", content_type), ("Content-Length", str(len(body)))]
         await self._send(conn, writer, _response(status, fields))
-        if body:
+        if body and not (isinstance(conn, _Connection) and conn.head_request):
             await self._send(conn, writer, h11.Data(data=body))
         await self._send(conn, writer, h11.EndOfMessage())
 
@@ -259,6 +266,8 @@ class Server:
     ) -> None:
         method = request.method.decode("ascii", "replace")
         target = request.target.decode("utf-8", "replace")
+        if isinstance(conn, _Connection):
+            conn.head_request = method == "HEAD"
         auth = host = ""
         head = len(request.target)
         for name, value in request.headers:

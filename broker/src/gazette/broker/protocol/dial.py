@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import os
 import shutil
 import ssl
@@ -238,9 +239,75 @@ def credentials(auth_keys: str = "", auth_token: str = "") -> auth.Authorizer:
     return auth.new_authorizer(auth_keys, auth_token)
 
 
+class _Malformed:
+    """What a request that doesn't decode becomes, for its handler to refuse."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+class _RefuseMalformed(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Answers a single request message that doesn't decode INVALID_ARGUMENT, naming its type.
+
+    grpc-python decodes a request before its handler runs and answers a failure
+    UNKNOWN ("Unexpected <class 'DecodeError'>"). The decoder is wrapped to hand the
+    failure to the handler instead, which refuses it. Only RPCs of one request
+    message: streamed requests are read by handlers of their own (a broker's, whose
+    front door checks every message of them first).
+    """
+
+    async def intercept_service(
+        self, continuation: Any, handler_call_details: grpc.HandlerCallDetails
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_streaming or handler.request_deserializer is None:
+            return handler
+        decode = handler.request_deserializer
+
+        def checked(data: bytes) -> Any:
+            try:
+                return decode(data)
+            except Exception as e:  # noqa: BLE001 (protobuf's DecodeError, and any other)
+                return _Malformed(f"malformed request message: {e}")
+
+        if handler.unary_unary is not None:
+            inner = handler.unary_unary
+
+            async def unary_unary(request: Any, context: Any) -> Any:
+                if isinstance(request, _Malformed):
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+                return await inner(request, context)
+
+            return handler._replace(request_deserializer=checked, unary_unary=unary_unary)
+        if handler.unary_stream is not None:
+            inner_stream = handler.unary_stream
+            # Of the same shape as the handler: grpc.aio iterates an async generator's
+            # responses, and awaits a coroutine that writes them with context.write.
+            if inspect.isasyncgenfunction(inner_stream):
+
+                async def responses(request: Any, context: Any) -> Any:
+                    if isinstance(request, _Malformed):
+                        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+                    async for response in inner_stream(request, context):
+                        yield response
+
+                return handler._replace(request_deserializer=checked, unary_stream=responses)
+
+            async def writes(request: Any, context: Any) -> Any:
+                if isinstance(request, _Malformed):
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+                return await inner_stream(request, context)
+
+            return handler._replace(request_deserializer=checked, unary_stream=writes)
+        return handler
+
+
 def server(config: ListenConfig = ListenConfig()) -> grpc.aio.Server:
     """A gRPC server, before any port is added (see :func:`listen`)."""
     return grpc.aio.server(
+        interceptors=[_RefuseMalformed()],
         options=[
             ("grpc.max_receive_message_length", config.max_receive_message_size),
             ("grpc.max_send_message_length", -1),
@@ -259,7 +326,7 @@ def server(config: ListenConfig = ListenConfig()) -> grpc.aio.Server:
                 "grpc.max_allowed_incoming_connections",
                 config.max_connections or DEFAULT_MAX_CONNECTIONS,
             ),
-        ]
+        ],
     )
 
 
