@@ -402,3 +402,32 @@ async def test_a_refused_head_request_gets_headers_only(
     assert out.startswith(b"HTTP/1.1 " + status + b" "), out
     assert out.endswith(b"\r\n\r\n"), out
     assert not failures, failures
+
+
+async def test_a_debug_only_server_times_out_silence_and_caps_connections() -> None:
+    # As a consumer serves its HTTP port: no gateway, and it owns the port (no front door).
+    config = http_gateway.ServerConfig(header_timeout=0.3, max_connections=2)
+    server = http_gateway.Server(lambda: True, grpc_endpoint=None, config=config)
+    port = await server.start("127.0.0.1", 0)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        out = await raw_request(base, b"GET /debug/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert out.startswith(b"HTTP/1.1 200 ") and out.endswith(b"ready\n"), out
+        out = await raw_request(base, b"GET /a/journal HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert out.startswith(b"HTTP/1.1 404 ") and out.endswith(b"serves /debug/ only\n")
+
+        # Half a request line: closed once the head is overdue.
+        started = time.monotonic()
+        out = await raw_request(base, b"GET /debug/rea")
+        assert out == b"" and 0.25 < time.monotonic() - started < 3
+
+        # Two held connections; a third is told why and closed.
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+        await asyncio.sleep(0.05)
+        out = await raw_request(base, b"GET /debug/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert out.startswith(b"HTTP/1.1 503 "), out
+        assert out.endswith(b"this server serves 2 connections at once, its most: try again soon\n")
+        for _, writer in held:
+            writer.close()
+    finally:
+        await server.close()

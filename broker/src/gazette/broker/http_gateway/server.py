@@ -37,6 +37,7 @@ import http
 import logging
 from collections.abc import Callable
 
+import grpc
 import h11
 import prometheus_client as prom
 
@@ -64,6 +65,12 @@ class ServerConfig:
 
     #: Seconds a request body may send nothing before the request is answered 408.
     body_timeout: float = 30.0
+    #: Seconds a request's head may take to arrive (and an idle keep-alive connection
+    #: may wait for the next) before the connection is closed: where this server owns
+    #: its port (a consumer's), not behind a broker's front door, which does the same.
+    header_timeout: float = 10.0
+    #: Connections served at once; more are answered 503 and closed.
+    max_connections: int = dial.DEFAULT_MAX_CONNECTIONS
     #: After answering a request whose body was not all read: seconds, and bytes,
     #: of the client's remaining body to read and drop before closing, so that the
     #: client reads the answer rather than a connection reset.
@@ -77,6 +84,33 @@ class ServerConfig:
 
 class _ClientGone(Exception):
     pass
+
+
+class _Silent(Exception):
+    """A request head (or the next request on a kept connection) didn't come in time."""
+
+
+async def _refuse_connection(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, most: int
+) -> None:
+    """Answer 503 and close; what the client sent is read (for at most a second) first,
+    as closing with it unread would reset the connection before the answer is read."""
+    body = f"this server serves {most} connections at once, its most: try again soon\n"
+    with contextlib.suppress(ConnectionError, OSError, RuntimeError, TimeoutError):
+        writer.write(
+            (
+                "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+                f"{body}"
+            ).encode()
+        )
+        await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+        async with asyncio.timeout(1.0):
+            while await reader.read(_READ_SIZE):
+                pass
+    writer.close()
 
 
 class _Connection(h11.Connection):
@@ -102,7 +136,8 @@ class Server:
     """Serves the gateway (and optionally diagnostics) on one HTTP/1.1 port.
 
     ``grpc_endpoint`` is the broker endpoint (``http://host:port``) the gateway's
-    RPCs go to; ``ready`` enables the ``/debug/`` routes. With ``debug_auth``,
+    RPCs go to (None: no gateway, ``/debug/`` alone, as a consumer serves it);
+    ``ready`` enables the ``/debug/`` routes. With ``debug_auth``,
     those other than ``/debug/ready`` need a bearer token it verifies for LIST
     over every journal: metrics name journals and stores.
     """
@@ -111,7 +146,7 @@ class Server:
         self,
         ready: Callable[[], bool] | None = None,
         *,
-        grpc_endpoint: str,
+        grpc_endpoint: str | None,
         registry: prom.CollectorRegistry | None = None,
         config: ServerConfig = ServerConfig(),
         debug_auth: auth_.ServerAuth | None = None,
@@ -121,9 +156,12 @@ class Server:
         self._config = config
         self._registry = registry or prom.REGISTRY
         self._ssl = dial.server_ssl_context(config.listen_config)
-        self._channel = dial.channel(grpc_endpoint, config.dial_config)
-        self._gateway = gateway.Gateway(self._channel)
-        self._gateway.scheme = "https" if self._ssl is not None else "http"
+        self._channel: grpc.aio.Channel | None = None
+        self._gateway: gateway.Gateway | None = None
+        if grpc_endpoint is not None:
+            self._channel = dial.channel(grpc_endpoint, config.dial_config)
+            self._gateway = gateway.Gateway(self._channel)
+            self._gateway.scheme = "https" if self._ssl is not None else "http"
 
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -131,11 +169,12 @@ class Server:
     @property
     def location_port_offset(self) -> int | None:
         """The HTTP port minus the gRPC port of every broker (see ``gateway._location``)."""
-        return self._gateway.location_port_offset
+        return None if self._gateway is None else self._gateway.location_port_offset
 
     @location_port_offset.setter
     def location_port_offset(self, offset: int | None) -> None:
-        self._gateway.location_port_offset = offset
+        if self._gateway is not None:
+            self._gateway.location_port_offset = offset
 
     async def start(self, host: str, port: int) -> int:
         self._server = await asyncio.start_server(self._handle, host, port, ssl=self._ssl)
@@ -155,13 +194,17 @@ class Server:
                 task.cancel()
             await self._server.wait_closed()
             self._server = None
-        await self._channel.close()
+        if self._channel is not None:
+            await self._channel.close()
 
     # --- Connections ----------------------------------------------------------
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(self._connections) >= self._config.max_connections:
+            await _refuse_connection(reader, writer, self._config.max_connections)
+            return
         self._connections.add(task)
         conn = _Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEADERS)
         try:
@@ -182,7 +225,7 @@ class Server:
         except h11.RemoteProtocolError as e:
             with contextlib.suppress(h11.LocalProtocolError, ConnectionError):
                 await self._send_simple(conn, writer, e.error_status_hint, f"{e}\n".encode())
-        except (ConnectionError, _ClientGone, asyncio.IncompleteReadError):
+        except (ConnectionError, _ClientGone, asyncio.IncompleteReadError, _Silent):
             pass
         except asyncio.CancelledError:
             pass  # Server shutdown: this connection just ends.
@@ -200,7 +243,12 @@ class Server:
             event = conn.next_event()
             if event is h11.NEED_DATA:
                 if not in_body:
-                    conn.receive_data(await reader.read(_READ_SIZE))
+                    try:
+                        async with asyncio.timeout(self._config.header_timeout):
+                            data = await reader.read(_READ_SIZE)
+                    except TimeoutError:
+                        raise _Silent from None
+                    conn.receive_data(data)
                     continue
                 try:
                     async with asyncio.timeout(self._config.body_timeout):
@@ -299,6 +347,9 @@ class Server:
                 )
                 await self._send_simple(conn, writer, status, body, extra, content_type=ctype)
                 return
+            if self._gateway is None:
+                await self._drain_body(conn, reader)
+                raise gateway.HttpError(404, "this port serves /debug/ only")
             if method in ("GET", "HEAD"):
                 await self._drain_body(conn, reader)
                 reply = await self._gateway.read(method, target, auth, host)

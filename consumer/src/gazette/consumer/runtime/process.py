@@ -27,14 +27,9 @@ import dataclasses
 import logging
 import signal
 import socket
-import ssl
-from typing import Any
-
-import prometheus_client as prom
-from aiohttp import web
 
 from gazette import allocator, keyspace
-from gazette.broker import client
+from gazette.broker import client, http_gateway
 from gazette.broker.protocol import dial
 from gazette.broker.server import config as broker_config
 from gazette.broker.server import keyreload
@@ -120,7 +115,14 @@ async def serve(
         is_consistent=shard_is_consistent,
     )
     ready = False
-    http = _DebugServer(lambda: ready, dial.server_ssl_context(listen_cfg))
+    # /debug/ready and /debug/metrics, with the gRPC port's certificate (as Gazette's one
+    # port), header and idle timeouts and a connection cap: the broker's HTTP server,
+    # without its journal gateway.
+    http = http_gateway.Server(
+        lambda: ready,
+        grpc_endpoint=None,
+        config=http_gateway.ServerConfig(listen_config=listen_cfg),
+    )
     keys = keyreload.server_auth(ccfg.auth_keys, ccfg.auth_keys_file, "--consumer.auth-keys-file")
     reloader = keyreload.reloader_of(keys, ccfg.auth_keys_file, "--consumer.auth-keys-file")
     if signals_are_ours:
@@ -236,39 +238,6 @@ def tls_configs(ccfg: config.ConsumerConfig) -> tuple[dial.ListenConfig, dial.TL
     serving = dial.TLS(ccfg.server_cert_file, ccfg.server_cert_key_file, ccfg.server_ca_file)
     peer = dial.TLS(ccfg.peer_cert_file, ccfg.peer_cert_key_file, ccfg.peer_ca_file)
     return dial.ListenConfig(tls=serving), peer
-
-
-class _DebugServer:
-    """``/debug/ready`` and ``/debug/metrics`` on the HTTP port."""
-
-    def __init__(self, ready: Any, ssl_context: ssl.SSLContext | None = None) -> None:
-        self._ready = ready
-        self._ssl = ssl_context  # Served with the gRPC port's certificate, as Gazette's one port.
-        self._runner: web.AppRunner | None = None
-
-    async def start(self, host: str, port: int) -> int:
-        app = web.Application()
-        app.router.add_get("/debug/ready", self._on_ready)
-        app.router.add_get("/debug/metrics", self._on_metrics)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, ssl_context=self._ssl)
-        await site.start()
-        server: Any = site._server
-        return int(server.sockets[0].getsockname()[1])
-
-    async def _on_ready(self, _request: web.Request) -> web.Response:
-        if self._ready():
-            return web.Response(text="ready\n")
-        return web.Response(status=503, text="not ready\n")
-
-    async def _on_metrics(self, _request: web.Request) -> web.Response:
-        return web.Response(body=prom.generate_latest(), content_type="text/plain")
-
-    async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
 
 
 def _bind_host(host: str) -> str:
