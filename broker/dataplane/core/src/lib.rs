@@ -7,6 +7,7 @@
 //! the Python gRPC server on a private Unix socket.
 
 pub mod auth;
+pub mod disk;
 pub mod flow;
 pub mod frontdoor;
 pub mod spool;

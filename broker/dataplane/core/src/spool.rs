@@ -14,10 +14,12 @@
 //!   fragment, roll pending content back, commit it, or are refused with
 //!   `PROPOSAL_MISMATCH`.
 //!
-//! All of it is blocking code for the thread that owns a spool directory's disk
-//! (the async layer reaches it through `spawn_blocking` or a per-disk thread):
-//! content goes straight to the file with positional writes and is never kept
-//! in memory past the request that brought it.
+//! All of it is blocking code. The async layer ([`crate::disk::AsyncSpool`])
+//! splits a content request in three: [`Spool::prepare_content`] checks it against
+//! the spool, the [`ContentDiskWrite`] it yields runs on the thread that owns the
+//! spool directory's disk, and only once that write answered in time does
+//! [`Spool::finish_content`] count it. Content goes straight to the file with
+//! positional writes and is never kept in memory past the request that brought it.
 //!
 //! The primary compresses committed content behind its commits: a commit that
 //! completes a batch hands the batch to a thread of its own and returns at once.
@@ -53,6 +55,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sha1::{Digest, Sha1};
 
+use bytes::Bytes;
+
+use crate::disk::{DiskTimeout, DiskWorkers};
 use crate::protocol::{
     journal_spec, CompressionCodec, Fragment, LabelSet, ReplicateRequest, ReplicateResponse,
     Sha1Sum, Status,
@@ -81,6 +86,15 @@ pub struct SpoolConfig {
     /// device (`--broker.spool-sync`), against power loss; a crash of the process
     /// alone loses nothing the kernel was given.
     pub sync: bool,
+    /// How long a spool file write or creation may take before its request fails
+    /// (`--broker.spool-write-timeout`). The disk may still finish it later.
+    pub write_timeout: Duration,
+    /// Content of at least this many bytes is hashed off the async executor.
+    pub threaded_write_size: usize,
+    /// The threads spool file writes and creations run on, one per directory, and
+    /// never an async executor's: a stalled disk would freeze it for every journal.
+    /// Shared by every spool made with this config.
+    pub workers: Arc<DiskWorkers>,
     /// Counters shared by every spool made with this config.
     pub stats: Arc<SpoolStats>,
 }
@@ -93,6 +107,9 @@ impl Default for SpoolConfig {
             retry_interval: Duration::from_secs(5),
             recoverable: false,
             sync: false,
+            write_timeout: Duration::from_secs(10),
+            threaded_write_size: 1 << 20,
+            workers: Arc::default(),
             stats: Arc::default(),
         }
     }
@@ -149,11 +166,19 @@ pub enum SpoolError {
     InvalidContentDelta { got: i64, expected: i64 },
     /// The spool file could not be created or written (e.g. the disk is full).
     /// Nothing of the request counts as written.
-    #[error("writing spool content of {journal}: {source}")]
+    #[error("writing spool content of {journal}: {}", strerror(source))]
     Write {
         journal: String,
         #[source]
         source: io::Error,
+    },
+    /// The spool directory's disk did not answer within the write timeout (the
+    /// write may still land later, past the commit point). Nothing counts as written.
+    #[error("writing spool content of {journal}: {source} (--broker.spool-write-timeout)")]
+    WriteTimeout {
+        journal: String,
+        #[source]
+        source: DiskTimeout,
     },
     /// The fragment's codec has no compressor.
     #[error(transparent)]
@@ -161,6 +186,42 @@ pub enum SpoolError {
     /// Compression was asked of a fragment whose codec is NONE.
     #[error("compression of a NONE spool")]
     NotCompressed,
+}
+
+impl SpoolError {
+    /// Whether the spool file could not be written (in time): the Python
+    /// `SpoolWriteError`, which a broker answers with UNAVAILABLE.
+    pub fn is_write_error(&self) -> bool {
+        matches!(
+            self,
+            SpoolError::Write { .. } | SpoolError::WriteTimeout { .. }
+        )
+    }
+}
+
+/// An I/O error as Python words it (`OSError.strerror`): the system's text alone,
+/// without Rust's ` (os error N)` suffix.
+pub(crate) fn strerror(e: &io::Error) -> String {
+    let text = e.to_string();
+    match e.raw_os_error() {
+        Some(code) => text
+            .strip_suffix(&format!(" (os error {code})"))
+            .map_or_else(|| text.clone(), str::to_owned),
+        None => text,
+    }
+}
+
+/// A test's stand-in for a stalled disk: called before each file creation and
+/// content write that a [`ContentDiskWrite`] performs; an error fails the step.
+#[cfg(test)]
+pub(crate) type DiskHook = Arc<dyn Fn(DiskStep) -> io::Result<()> + Send + Sync>;
+
+/// What a [`ContentDiskWrite`] is about to do (tests).
+#[cfg(test)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DiskStep {
+    Create,
+    Write { offset: u64, len: usize },
 }
 
 /// The fragment a replica is writing; see the module documentation.
@@ -192,6 +253,8 @@ pub struct Spool {
     compress_target: i64,
     #[cfg(test)]
     gate: Option<Arc<tests::Gate>>,
+    #[cfg(test)]
+    disk_hook: Option<DiskHook>,
 }
 
 impl fmt::Debug for Spool {
@@ -260,6 +323,8 @@ impl Spool {
             compress_target: 0,
             #[cfg(test)]
             gate: None,
+            #[cfg(test)]
+            disk_hook: None,
         }
     }
 
@@ -437,53 +502,180 @@ impl Spool {
         }
     }
 
-    fn apply_content(&mut self, content: &[u8], content_delta: i64) -> Result<(), SpoolError> {
+    fn apply_content(&mut self, content: &Bytes, content_delta: i64) -> Result<(), SpoolError> {
+        let ContentWrite { disk, sum } = self.prepare_content(content, content_delta)?;
+        match disk.perform() {
+            Ok(written) => {
+                self.finish_content(written, sum.hash());
+                Ok(())
+            }
+            Err(source) => Err(self.content_write_failed(source)),
+        }
+    }
+
+    /// Checks content at `content_delta` against the spool and says what writing it
+    /// takes: the disk part (creating the file first if there is none yet) and the
+    /// hash part. Neither touches the spool: it changes only in
+    /// [`finish_content`](Self::finish_content), once the write succeeded. Fails
+    /// only on a wrong `content_delta`.
+    pub fn prepare_content(
+        &self,
+        content: &Bytes,
+        content_delta: i64,
+    ) -> Result<ContentWrite, SpoolError> {
         if content_delta != self.delta {
             return Err(SpoolError::InvalidContentDelta {
                 got: content_delta,
                 expected: self.delta,
             });
         }
-        let offset = self.content_length() + self.delta;
-        if let Err(source) = self.write_content(content, offset as u64) {
-            // The delta stays: the rollback that follows the failed append ignores
-            // whatever part of the write reached the file.
-            self.config
-                .stats
-                .write_failures
-                .fetch_add(1, Ordering::Relaxed);
-            return Err(SpoolError::Write {
-                journal: self.spec.journal.clone(),
-                source,
-            });
-        }
-        self.summer.update(content);
-        self.delta += content.len() as i64;
-        Ok(())
+        let target = match (&self.file, self.file_to_create()) {
+            (Some(f), _) => Ok(f.clone()),
+            (None, Some(create)) => Err(create),
+            (None, None) => unreachable!("a spool without a file has one to create"),
+        };
+        Ok(ContentWrite {
+            disk: ContentDiskWrite {
+                target,
+                offset: (self.content_length() + self.delta) as u64,
+                content: content.clone(),
+                #[cfg(test)]
+                hook: self.disk_hook.clone(),
+            },
+            sum: ContentSum {
+                summer: self.summer.clone(),
+                content: content.clone(),
+            },
+        })
     }
 
-    fn write_content(&mut self, content: &[u8], offset: u64) -> io::Result<()> {
-        let file = match &self.file {
-            Some(f) => f,
-            None => {
-                assert_eq!(
-                    self.content_length(),
-                    0,
-                    "spool fragment not empty, but has no file"
-                );
-                let f = match (&self.config.directory, self.config.recoverable) {
-                    (Some(dir), true) => SpoolFile::create_recoverable(
-                        dir,
-                        &self.spec.journal,
-                        self.spec.begin,
-                        self.spec.compression_codec,
-                    )?,
-                    (dir, _) => SpoolFile::create(dir.as_deref())?,
-                };
-                self.file.insert(Arc::new(f))
-            }
+    /// The spool file to create before content can be written (None once there is
+    /// one). Its creation blocks like a write, so it too belongs to the directory's
+    /// thread; [`adopt_file`](Self::adopt_file) then takes it on.
+    pub fn file_to_create(&self) -> Option<FileCreation> {
+        if self.file.is_some() {
+            return None;
+        }
+        assert_eq!(
+            self.content_length(),
+            0,
+            "spool fragment not empty, but has no file"
+        );
+        let kind = match (&self.config.directory, self.config.recoverable) {
+            (Some(dir), true) => Creation::Recoverable {
+                directory: dir.clone(),
+                journal: self.spec.journal.clone(),
+                begin: self.spec.begin,
+                codec: self.spec.compression_codec,
+            },
+            (dir, _) => Creation::Anonymous(dir.clone()),
         };
-        file.pwrite(content, offset)
+        Some(FileCreation {
+            kind,
+            #[cfg(test)]
+            hook: self.disk_hook.clone(),
+        })
+    }
+
+    /// Takes on the file made by [`file_to_create`](Self::file_to_create).
+    pub fn adopt_file(&mut self, file: Arc<SpoolFile>) {
+        assert!(
+            self.file.is_none() && self.content_length() == 0,
+            "spool already has a file"
+        );
+        self.file = Some(file);
+    }
+
+    /// Counts content written by the [`ContentWrite`] that
+    /// [`prepare_content`](Self::prepare_content) made of the spool as it still is.
+    pub fn finish_content(&mut self, written: WrittenContent, hashed: HashedContent) {
+        assert_eq!(
+            written.offset,
+            (self.content_length() + self.delta) as u64,
+            "content written for another state of the spool"
+        );
+        assert_eq!(
+            written.len, hashed.len,
+            "content hashed is not content written"
+        );
+        if self.file.is_none() {
+            self.file = Some(written.file);
+        }
+        self.summer = hashed.summer;
+        self.delta += written.len as i64;
+    }
+
+    /// The error of a content write that failed; the spool is unchanged, so the
+    /// rollback that follows the failed append ignores whatever part reached the file.
+    pub fn content_write_failed(&self, source: io::Error) -> SpoolError {
+        self.config
+            .stats
+            .write_failures
+            .fetch_add(1, Ordering::Relaxed);
+        SpoolError::Write {
+            journal: self.spec.journal.clone(),
+            source,
+        }
+    }
+
+    /// The error of a content write whose disk did not answer in time; the spool is
+    /// unchanged. The write may land later, past the commit point: the directory's
+    /// thread runs whatever rewrites those offsets after it.
+    pub fn content_write_timed_out(&self, source: DiskTimeout) -> SpoolError {
+        self.config
+            .stats
+            .write_failures
+            .fetch_add(1, Ordering::Relaxed);
+        SpoolError::WriteTimeout {
+            journal: self.spec.journal.clone(),
+            source,
+        }
+    }
+
+    /// Whether applying `req` may block on compression: joining a running batch, or
+    /// a roll compressing what is left. Such requests belong off an async executor;
+    /// any other applies at once (content aside: its write is
+    /// [`prepare_content`](Self::prepare_content)'s to hand out).
+    pub fn apply_may_block(&self, req: &ReplicateRequest, primary: bool) -> bool {
+        let Some(p) = &req.proposal else {
+            return false;
+        };
+        let rolls =
+            p.end > self.spec.end + self.delta || (p.end == self.spec.end && p.begin == p.end);
+        match &self.compressing {
+            Compressing::Running(_) => {
+                rolls
+                    || (primary
+                        && self.delta != 0
+                        && (p.end - self.spec.begin) - self.compress_target
+                            >= self.config.compression_batch_size)
+            }
+            Compressing::Idle(c) => {
+                rolls
+                    && (c.compressor.is_some()
+                        || (primary
+                            && self.spec.compression_codec != CompressionCodec::None as i32))
+            }
+        }
+    }
+
+    /// A snapshot of the spool's views (see [`SpoolView`]).
+    pub fn view(&self) -> SpoolView {
+        SpoolView {
+            spec: self.spec.clone(),
+            file: self.file.clone(),
+            registers: self.registers.clone(),
+            first_append_time: self.first_append_time,
+            confirmed_end: self.confirmed_end,
+            delta: self.delta,
+            summer: self.summer.clone(),
+        }
+    }
+
+    /// Installs a stand-in for a stalled disk (tests).
+    #[cfg(test)]
+    pub(crate) fn set_disk_hook(&mut self, hook: DiskHook) {
+        self.disk_hook = Some(hook);
     }
 
     fn apply_proposal(
@@ -601,6 +793,7 @@ impl Spool {
         #[cfg(test)]
         {
             self.gate = completed.gate.take();
+            self.disk_hook = completed.disk_hook.take();
         }
         if completed.content_length() != 0 {
             self.config.stats.completed.fetch_add(1, Ordering::Relaxed);
@@ -718,6 +911,213 @@ impl Spool {
                 outcome
             }
         }
+    }
+}
+
+// -- Content writes ----------------------------------------------------------------------
+
+/// Content checked against a spool ([`Spool::prepare_content`]): its disk part and
+/// its hash part, to be done wherever suits the caller (the hash may run beside the
+/// write), then handed back to [`Spool::finish_content`].
+pub struct ContentWrite {
+    pub disk: ContentDiskWrite,
+    pub sum: ContentSum,
+}
+
+/// A spool file to create ([`Spool::file_to_create`]).
+pub struct FileCreation {
+    kind: Creation,
+    #[cfg(test)]
+    hook: Option<DiskHook>,
+}
+
+enum Creation {
+    Anonymous(Option<PathBuf>),
+    Recoverable {
+        directory: PathBuf,
+        journal: String,
+        begin: i64,
+        codec: i32,
+    },
+}
+
+impl FileCreation {
+    /// Creates the file; it blocks for as long as the disk takes.
+    pub fn perform(self) -> io::Result<SpoolFile> {
+        #[cfg(test)]
+        if let Some(hook) = &self.hook {
+            hook(DiskStep::Create)?;
+        }
+        match self.kind {
+            Creation::Recoverable {
+                directory,
+                journal,
+                begin,
+                codec,
+            } => SpoolFile::create_recoverable(&directory, &journal, begin, codec),
+            Creation::Anonymous(dir) => SpoolFile::create(dir.as_deref()),
+        }
+    }
+}
+
+/// The blocking part of a content write, for the spool directory's thread.
+pub struct ContentDiskWrite {
+    // The spool's file, or the one to create first.
+    target: Result<Arc<SpoolFile>, FileCreation>,
+    offset: u64,
+    content: Bytes,
+    #[cfg(test)]
+    hook: Option<DiskHook>,
+}
+
+impl ContentDiskWrite {
+    /// Bytes to write.
+    pub fn len(&self) -> usize {
+        self.content.len()
+    }
+
+    /// Whether there is nothing to write (an empty file may still be created).
+    pub fn is_empty(&self) -> bool {
+        self.content.is_empty()
+    }
+
+    /// Creates the spool file if there is none yet, then writes the content. It
+    /// blocks for as long as the disk takes.
+    pub fn perform(self) -> io::Result<WrittenContent> {
+        let file = match self.target {
+            Ok(f) => f,
+            Err(create) => Arc::new(create.perform()?),
+        };
+        #[cfg(test)]
+        if let Some(hook) = &self.hook {
+            hook(DiskStep::Write {
+                offset: self.offset,
+                len: self.content.len(),
+            })?;
+        }
+        file.pwrite(&self.content, self.offset)?;
+        Ok(WrittenContent {
+            file,
+            offset: self.offset,
+            len: self.content.len(),
+        })
+    }
+}
+
+/// Content that reached the spool file, for [`Spool::finish_content`].
+pub struct WrittenContent {
+    file: Arc<SpoolFile>,
+    offset: u64,
+    len: usize,
+}
+
+/// The hash part of a content write: the spool's running SHA-1, to extend by it.
+pub struct ContentSum {
+    summer: Sha1,
+    content: Bytes,
+}
+
+impl ContentSum {
+    /// Bytes to hash.
+    pub fn len(&self) -> usize {
+        self.content.len()
+    }
+
+    /// Whether there is nothing to hash.
+    pub fn is_empty(&self) -> bool {
+        self.content.is_empty()
+    }
+
+    /// The running SHA-1 extended by the content (CPU only; about 1 ms a MiB).
+    pub fn hash(mut self) -> HashedContent {
+        self.summer.update(&self.content);
+        HashedContent {
+            summer: self.summer,
+            len: self.content.len(),
+        }
+    }
+}
+
+/// A running SHA-1 extended by content, for [`Spool::finish_content`].
+pub struct HashedContent {
+    summer: Sha1,
+    len: usize,
+}
+
+// -- Snapshots ---------------------------------------------------------------------------
+
+/// The views of a spool at one moment ([`Spool::view`]): what an async owner can
+/// read without waiting for the spool itself, which may be busy with a disk.
+#[derive(Clone)]
+pub struct SpoolView {
+    /// The committed fragment.
+    pub spec: Fragment,
+    /// The local, uncompressed content (None until the first content).
+    pub file: Option<Arc<SpoolFile>>,
+    pub registers: LabelSet,
+    /// When the fragment was first committed to.
+    pub first_append_time: Option<SystemTime>,
+    /// How far the fragment is known to be the journal's.
+    pub confirmed_end: i64,
+    /// Uncommitted bytes written past `end`.
+    pub delta: i64,
+    summer: Sha1,
+}
+
+impl fmt::Debug for SpoolView {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "SpoolView<{}:[{}, {}) +{}, confirmed {}>",
+            self.spec.journal, self.spec.begin, self.spec.end, self.delta, self.confirmed_end
+        )
+    }
+}
+
+impl SpoolView {
+    pub fn journal(&self) -> &str {
+        &self.spec.journal
+    }
+    pub fn begin(&self) -> i64 {
+        self.spec.begin
+    }
+    pub fn end(&self) -> i64 {
+        self.spec.end
+    }
+    pub fn content_length(&self) -> i64 {
+        self.spec.end - self.spec.begin
+    }
+    /// The committed fragment with its file, as the index holds it.
+    pub fn fragment(&self) -> LocalFragment {
+        LocalFragment {
+            spec: self.spec.clone(),
+            file: self.file.clone(),
+        }
+    }
+    /// Whether all committed content is known to be the journal's.
+    pub fn confirmed(&self) -> bool {
+        self.confirmed_end >= self.spec.end
+    }
+
+    /// The fragment that committing the pending `delta` would produce.
+    pub fn next(&self) -> Fragment {
+        let end = self.spec.end + self.delta;
+        Fragment {
+            end,
+            sum: (self.spec.begin != end)
+                .then(|| sha1sum_from_digest(&self.summer.clone().finalize().into())),
+            ..self.spec.clone()
+        }
+    }
+
+    /// Takes on what content changes of `spool` (its file, delta and running sum);
+    /// cheaper than a new snapshot on every content request.
+    pub fn sync_content(&mut self, spool: &Spool) {
+        if self.file.is_none() {
+            self.file = spool.file.clone();
+        }
+        self.delta = spool.delta;
+        self.summer = spool.summer.clone();
     }
 }
 
@@ -965,21 +1365,51 @@ pub fn maybe_roll(
     spec: &journal_spec::Fragment,
     now: SystemTime,
 ) -> Result<Fragment, InvalidRollToOffset> {
-    let cl = spool.content_length();
+    roll_of(
+        &spool.spec,
+        spool.first_append_time,
+        roll_to_offset,
+        spec,
+        now,
+    )
+}
+
+/// [`maybe_roll`] of a spool's snapshot.
+pub fn maybe_roll_view(
+    view: &SpoolView,
+    roll_to_offset: i64,
+    spec: &journal_spec::Fragment,
+    now: SystemTime,
+) -> Result<Fragment, InvalidRollToOffset> {
+    roll_of(
+        &view.spec,
+        view.first_append_time,
+        roll_to_offset,
+        spec,
+        now,
+    )
+}
+
+fn roll_of(
+    current: &Fragment,
+    first_append_time: Option<SystemTime>,
+    roll_to_offset: i64,
+    spec: &journal_spec::Fragment,
+    now: SystemTime,
+) -> Result<Fragment, InvalidRollToOffset> {
+    let cl = current.end - current.begin;
     let mut flush =
-        cl == 0 || cl > spec.length || (roll_to_offset != 0 && roll_to_offset != spool.begin());
+        cl == 0 || cl > spec.length || (roll_to_offset != 0 && roll_to_offset != current.begin);
     let interval = spec.flush_interval.as_ref().map_or(0, |d| d.seconds);
     if interval > 0 {
-        let first = spool
-            .first_append_time
-            .map_or(GO_ZERO_TIME_UNIX, unix_seconds);
+        let first = first_append_time.map_or(GO_ZERO_TIME_UNIX, unix_seconds);
         // Rust's `/` truncates toward zero, as Go's does: a never-committed spool's
         // negative bucket never equals today's.
         if first / interval != unix_seconds(now) / interval {
             flush = true;
         }
     }
-    let mut next = spool.spec.clone();
+    let mut next = current.clone();
     if !flush {
         return Ok(next);
     }

@@ -24,7 +24,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Positional reads and copies of spool content move data in blocks of this size
 /// (as the Python `files.COPY_BLOCK`).
@@ -66,7 +66,9 @@ pub struct SpoolFile {
 #[derive(Debug)]
 struct Names {
     path: PathBuf,
-    record: SpoolRecord,
+    // Shared so that a confirmation writes it without holding `names` through the
+    // I/O: a view asking whether the file is recoverable must never wait on a disk.
+    record: Arc<SpoolRecord>,
 }
 
 impl SpoolFile {
@@ -100,7 +102,10 @@ impl SpoolFile {
         match SpoolRecord::create(PathBuf::from(record_path), journal, begin, codec) {
             Ok(record) => Ok(SpoolFile {
                 file,
-                names: Mutex::new(Some(Names { path, record })),
+                names: Mutex::new(Some(Names {
+                    path,
+                    record: Arc::new(record),
+                })),
             }),
             Err(e) => {
                 drop(file);
@@ -175,14 +180,13 @@ impl SpoolFile {
     /// whether it was). With `sync`, the spool file's data reaches the device
     /// before the record claims it, and then the record does too.
     pub fn record_confirmed(&self, end: i64, sync: bool) -> io::Result<bool> {
-        let names = self.names_lock();
-        let Some(names) = names.as_ref() else {
+        let Some(record) = self.names_lock().as_ref().map(|n| n.record.clone()) else {
             return Ok(false);
         };
         if sync {
             self.file.sync_data()?;
         }
-        names.record.set_confirmed(end, sync)?;
+        record.set_confirmed(end, sync)?;
         Ok(true)
     }
 

@@ -854,3 +854,39 @@ fn unix_seconds_round_down() {
     assert_eq!(unix_seconds(UNIX_EPOCH - Duration::from_millis(1500)), -2);
     assert_eq!(unix_seconds(UNIX_EPOCH - Duration::from_secs(2)), -2);
 }
+
+#[test]
+fn content_counts_only_once_its_write_is_finished() {
+    // The async layer's split: a write that never answers leaves the spool as it was.
+    let (mut sp, _) = new_spool();
+    let data = Bytes::from_static(b"abc");
+    let ContentWrite { disk, sum } = sp.prepare_content(&data, 0).unwrap();
+    let written = disk.perform().unwrap();
+    assert_eq!(sp.delta(), 0);
+    assert!(sp.file().is_none());
+    sp.finish_content(written, sum.hash());
+    assert_eq!(sp.delta(), 3);
+    assert_eq!(sp.file().unwrap().pread(3, 0).unwrap(), b"abc");
+    let _abandoned = sp.prepare_content(&data, 3).unwrap();
+    assert_eq!(sp.delta(), 3);
+    assert!(matches!(
+        sp.prepare_content(&data, 0),
+        Err(SpoolError::InvalidContentDelta {
+            got: 0,
+            expected: 3
+        })
+    ));
+    assert!(sp.file_to_create().is_none());
+}
+
+#[test]
+fn write_errors_are_worded_as_python_words_them() {
+    assert_eq!(
+        strerror(&io::Error::from_raw_os_error(28)),
+        "No space left on device"
+    );
+    assert_eq!(
+        strerror(&io::Error::other("spool file ended")),
+        "spool file ended"
+    );
+}
