@@ -15,11 +15,10 @@
 //! Cf. Gazette's `cmd/gazette/main.go` and `mainboilerplate/server.go`, where one
 //! port serves gRPC and HTTP side by side.
 
+mod closing;
 mod validate;
 
-use std::{
-    convert::Infallible, io, net::SocketAddr, path::PathBuf, pin::Pin, sync::Arc, time::Duration,
-};
+use std::{convert::Infallible, io, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
@@ -426,8 +425,31 @@ pub fn grpc_error(code: u32, message: &str) -> Response<Body> {
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/grpc"),
     );
-    headers.extend(validate::status_trailers(code, message));
+    headers.extend(status_trailers(code, message));
     resp
+}
+
+/// The trailers of a gRPC status (`grpc-message` percent-encoded, as gRPC wants).
+pub(crate) fn status_trailers(code: u32, message: &str) -> http::HeaderMap {
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", http::HeaderValue::from(code));
+    if let Ok(value) = http::HeaderValue::from_str(&percent_encode(message)) {
+        trailers.insert("grpc-message", value);
+    }
+    trailers
+}
+
+/// `message` as a `grpc-message` value: printable ASCII other than '%' as is.
+fn percent_encode(message: &str) -> String {
+    let mut encoded = String::with_capacity(message.len());
+    for b in message.bytes() {
+        if (0x20..0x7f).contains(&b) && b != b'%' {
+            encoded.push(b as char);
+        } else {
+            encoded.push_str(&format!("%{b:02X}"));
+        }
+    }
+    encoded
 }
 
 /// Serves connections accepted by `listener` until `stop` carries a grace period;
@@ -497,20 +519,15 @@ pub async fn serve(
                          at once (--broker.max-connections)"
                     ));
                     // Told why, while few are being told; past that, closed unanswered.
-                    let tell = server.tls.is_none()
-                        && refusing.fetch_add(1, Ordering::Relaxed) < MAX_REFUSING;
-                    if tell {
+                    // (Only this loop adds to `refusing`: reading it first is no race.)
+                    if server.tls.is_none() && refusing.load(Ordering::Relaxed) < closing::MAX_REFUSING {
+                        refusing.fetch_add(1, Ordering::Relaxed);
                         let refusing = refusing.clone();
                         let most = server.limits.max_connections;
                         tokio::spawn(async move {
-                            let _ = tokio::time::timeout(REFUSAL_TIME, refuse(stream, most)).await;
+                            closing::refuse(stream, most).await;
                             refusing.fetch_sub(1, Ordering::Relaxed);
                         });
-                    } else {
-                        if server.tls.is_none() {
-                            refusing.fetch_sub(1, Ordering::Relaxed);
-                        }
-                        drop(stream);
                     }
                     continue;
                 }
@@ -570,7 +587,7 @@ impl Server {
         });
         let result = match &self.tls {
             None => {
-                let stream = Lingering(Some(stream));
+                let stream = closing::Lingering::new(stream);
                 let conn = self.builder.serve_connection(TokioIo::new(stream), service);
                 watcher.watch(conn.into_owned()).await
             }
@@ -602,7 +619,7 @@ impl Server {
                     let _ = stream.shutdown().await;
                     return;
                 }
-                let stream = Lingering(Some(stream));
+                let stream = closing::Lingering::new(stream);
                 let stream = match tokio::time::timeout(deadline, acceptor.accept(stream)).await {
                     Ok(Ok(stream)) => stream,
                     Ok(Err(e)) => {
@@ -622,154 +639,5 @@ impl Server {
         if let Err(e) = result {
             tracing::debug!("connection from {peer}: {e}");
         }
-    }
-}
-
-/// Connections over `max_connections` told why at once, and for how long each.
-const MAX_REFUSING: usize = 64;
-const REFUSAL_TIME: Duration = Duration::from_secs(2);
-
-/// Answers a connection accepted over `max_connections` and closes it: an HTTP/1
-/// request gets a 503, an HTTP/2 one (gRPC) UNAVAILABLE, which clients retry, and
-/// both say why. (TLS connections are closed unanswered: a handshake per refusal
-/// would cost what the limit saves.)
-async fn refuse(stream: tokio::net::TcpStream, most: usize) {
-    let why = format!(
-        "this broker serves {most} connections at once, its most (--broker.max-connections): \
-         try again soon"
-    );
-    let mut first = [0u8; 3];
-    match stream.peek(&mut first).await {
-        Ok(3) if &first == b"PRI" => {
-            let service = service_fn(move |_req: Request<Incoming>| {
-                let why = why.clone();
-                async move { Ok::<_, Infallible>(grpc_error(14, &why)) }
-            });
-            let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            // Answer what the client sent at once, then say goodbye (GOAWAY).
-            let _ = tokio::time::timeout(Duration::from_millis(200), conn.as_mut()).await;
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
-        }
-        Ok(n) if n > 0 => {
-            use tokio::io::AsyncWriteExt;
-            let mut stream = stream;
-            let body = format!("{why}\n");
-            let head = format!(
-                "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n\
-                 Content-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = stream.write_all(head.as_bytes()).await;
-            let _ = stream.write_all(body.as_bytes()).await;
-            let _ = stream.shutdown().await;
-            linger(stream).await;
-        }
-        _ => {}
-    }
-}
-
-/// How long, and how much, a closed connection is still read before the socket goes.
-const LINGER_TIME: Duration = Duration::from_secs(2);
-const LINGER_BYTES: usize = 16 << 20;
-
-/// A lingering close: reads and drops what the client still sends, until it closes
-/// its side or `LINGER_TIME` / `LINGER_BYTES` pass, before the socket is closed.
-///
-/// hyper has sent our last response and shut its side down, but a client may still be
-/// sending a request body we refused (a PUT to a missing journal): closing a socket
-/// with unread bytes sends a reset, and a client that gets it may lose the answer it
-/// hasn't read yet. Go's `net/http` and our Python gateway do the same.
-async fn linger(mut stream: tokio::net::TcpStream) {
-    use tokio::io::AsyncReadExt;
-    let _ = tokio::time::timeout(LINGER_TIME, async {
-        let mut buf = vec![0u8; 64 << 10];
-        let mut left = LINGER_BYTES;
-        while left > 0 {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => left = left.saturating_sub(n),
-            }
-        }
-    })
-    .await;
-}
-
-/// A client's socket as hyper (or TLS) holds it: once they let go of it, it closes
-/// lingering (see `linger`), on a task of its own.
-struct Lingering(Option<tokio::net::TcpStream>);
-
-impl Lingering {
-    fn stream(self: Pin<&mut Self>) -> Pin<&mut tokio::net::TcpStream> {
-        Pin::new(
-            self.get_mut()
-                .0
-                .as_mut()
-                .expect("a Lingering stream is taken only when dropped"),
-        )
-    }
-}
-
-impl Drop for Lingering {
-    fn drop(&mut self) {
-        if let Some(stream) = self.0.take() {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(async move {
-                    let mut stream = stream;
-                    // Our side is done (hyper shut it down, unless the connection
-                    // failed): say so, then read what the client still sends.
-                    let _ = tokio::io::AsyncWriteExt::shutdown(&mut stream).await;
-                    linger(stream).await;
-                });
-            }
-        }
-    }
-}
-
-impl tokio::io::AsyncRead for Lingering {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
-        self.stream().poll_read(cx, buf)
-    }
-}
-
-impl tokio::io::AsyncWrite for Lingering {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<io::Result<usize>> {
-        self.stream().poll_write(cx, buf)
-    }
-
-    fn poll_flush(
-        self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
-        self.stream().poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
-        self.stream().poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> std::task::Poll<io::Result<usize>> {
-        self.stream().poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.0.as_ref().is_some_and(|s| s.is_write_vectored())
     }
 }

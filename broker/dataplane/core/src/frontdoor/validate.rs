@@ -232,7 +232,7 @@ where
             Poll::Ready(Some(Err(e))) => match self.verdict.get().cloned() {
                 Some(why) => {
                     self.done = true;
-                    Poll::Ready(Some(Ok(Frame::trailers(status_trailers(3, &why)))))
+                    Poll::Ready(Some(Ok(Frame::trailers(super::status_trailers(3, &why)))))
                 }
                 None => Poll::Ready(Some(Err(e))),
             },
@@ -243,29 +243,6 @@ where
     fn is_end_stream(&self) -> bool {
         self.done || self.inner.is_end_stream()
     }
-}
-
-/// The trailers of a gRPC status (`grpc-message` percent-encoded, as gRPC wants).
-pub fn status_trailers(code: u32, message: &str) -> http::HeaderMap {
-    let mut trailers = http::HeaderMap::new();
-    trailers.insert("grpc-status", http::HeaderValue::from(code));
-    if let Ok(value) = http::HeaderValue::from_str(&percent_encode(message)) {
-        trailers.insert("grpc-message", value);
-    }
-    trailers
-}
-
-/// `message` as a `grpc-message` value: printable ASCII other than '%' as is.
-pub fn percent_encode(message: &str) -> String {
-    let mut encoded = String::with_capacity(message.len());
-    for b in message.bytes() {
-        if (0x20..0x7f).contains(&b) && b != b'%' {
-            encoded.push(b as char);
-        } else {
-            encoded.push_str(&format!("%{b:02X}"));
-        }
-    }
-    encoded
 }
 
 #[cfg(test)]
