@@ -43,15 +43,24 @@
 //!   levels are not part of the formats.
 
 pub mod codecs;
+mod compression;
+mod content;
 pub mod files;
+mod roll;
+
+use compression::{Compressing, Compression, Job};
+use content::Creation;
+pub use content::{
+    ContentDiskWrite, ContentSum, ContentWrite, FileCreation, HashedContent, WrittenContent,
+};
+pub use roll::{maybe_roll, maybe_roll_view, InvalidRollToOffset};
 
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use sha1::{Digest, Sha1};
 
@@ -59,15 +68,10 @@ use bytes::Bytes;
 
 use crate::disk::{DiskTimeout, DiskWorkers};
 use crate::protocol::{
-    journal_spec, CompressionCodec, Fragment, LabelSet, ReplicateRequest, ReplicateResponse,
-    Sha1Sum, Status,
+    CompressionCodec, Fragment, LabelSet, ReplicateRequest, ReplicateResponse, Sha1Sum, Status,
 };
-use codecs::{Compressor, UnsupportedCodec};
+use codecs::UnsupportedCodec;
 use files::{SpoolFile, COPY_BLOCK};
-
-/// Go's zero `time.Time` as Unix seconds: where a spool that never committed
-/// falls when flush intervals are bucketed (see [`maybe_roll`]).
-const GO_ZERO_TIME_UNIX: i64 = -62_135_596_800;
 
 /// Settings of spools; one is shared by every spool of a broker.
 #[derive(Clone, Debug)]
@@ -914,136 +918,6 @@ impl Spool {
     }
 }
 
-// -- Content writes ----------------------------------------------------------------------
-
-/// Content checked against a spool ([`Spool::prepare_content`]): its disk part and
-/// its hash part, to be done wherever suits the caller (the hash may run beside the
-/// write), then handed back to [`Spool::finish_content`].
-pub struct ContentWrite {
-    pub disk: ContentDiskWrite,
-    pub sum: ContentSum,
-}
-
-/// A spool file to create ([`Spool::file_to_create`]).
-pub struct FileCreation {
-    kind: Creation,
-    #[cfg(test)]
-    hook: Option<DiskHook>,
-}
-
-enum Creation {
-    Anonymous(Option<PathBuf>),
-    Recoverable {
-        directory: PathBuf,
-        journal: String,
-        begin: i64,
-        codec: i32,
-    },
-}
-
-impl FileCreation {
-    /// Creates the file; it blocks for as long as the disk takes.
-    pub fn perform(self) -> io::Result<SpoolFile> {
-        #[cfg(test)]
-        if let Some(hook) = &self.hook {
-            hook(DiskStep::Create)?;
-        }
-        match self.kind {
-            Creation::Recoverable {
-                directory,
-                journal,
-                begin,
-                codec,
-            } => SpoolFile::create_recoverable(&directory, &journal, begin, codec),
-            Creation::Anonymous(dir) => SpoolFile::create(dir.as_deref()),
-        }
-    }
-}
-
-/// The blocking part of a content write, for the spool directory's thread.
-pub struct ContentDiskWrite {
-    // The spool's file, or the one to create first.
-    target: Result<Arc<SpoolFile>, FileCreation>,
-    offset: u64,
-    content: Bytes,
-    #[cfg(test)]
-    hook: Option<DiskHook>,
-}
-
-impl ContentDiskWrite {
-    /// Bytes to write.
-    pub fn len(&self) -> usize {
-        self.content.len()
-    }
-
-    /// Whether there is nothing to write (an empty file may still be created).
-    pub fn is_empty(&self) -> bool {
-        self.content.is_empty()
-    }
-
-    /// Creates the spool file if there is none yet, then writes the content. It
-    /// blocks for as long as the disk takes.
-    pub fn perform(self) -> io::Result<WrittenContent> {
-        let file = match self.target {
-            Ok(f) => f,
-            Err(create) => Arc::new(create.perform()?),
-        };
-        #[cfg(test)]
-        if let Some(hook) = &self.hook {
-            hook(DiskStep::Write {
-                offset: self.offset,
-                len: self.content.len(),
-            })?;
-        }
-        file.pwrite(&self.content, self.offset)?;
-        Ok(WrittenContent {
-            file,
-            offset: self.offset,
-            len: self.content.len(),
-        })
-    }
-}
-
-/// Content that reached the spool file, for [`Spool::finish_content`].
-pub struct WrittenContent {
-    file: Arc<SpoolFile>,
-    offset: u64,
-    len: usize,
-}
-
-/// The hash part of a content write: the spool's running SHA-1, to extend by it.
-pub struct ContentSum {
-    summer: Sha1,
-    content: Bytes,
-}
-
-impl ContentSum {
-    /// Bytes to hash.
-    pub fn len(&self) -> usize {
-        self.content.len()
-    }
-
-    /// Whether there is nothing to hash.
-    pub fn is_empty(&self) -> bool {
-        self.content.is_empty()
-    }
-
-    /// The running SHA-1 extended by the content (CPU only; about 1 ms a MiB).
-    pub fn hash(mut self) -> HashedContent {
-        self.summer.update(&self.content);
-        HashedContent {
-            summer: self.summer,
-            len: self.content.len(),
-        }
-    }
-}
-
-/// A running SHA-1 extended by content, for [`Spool::finish_content`].
-pub struct HashedContent {
-    summer: Sha1,
-    len: usize,
-}
-
 // -- Snapshots ---------------------------------------------------------------------------
 
 /// The views of a spool at one moment ([`Spool::view`]): what an async owner can
@@ -1182,261 +1056,6 @@ fn sha1_of(file: &SpoolFile, len: u64) -> io::Result<Sha1Sum> {
         pos += n as u64;
     }
     Ok(sha1sum_from_digest(&hasher.finalize().into()))
-}
-
-// -- Compression state ---------------------------------------------------------------
-
-/// Whether a batch is being compressed. While one runs, its thread owns the
-/// compression state and hands it back when joined.
-enum Compressing {
-    Idle(Compression),
-    Running(JoinHandle<(Compression, Result<(), SpoolError>)>),
-}
-
-/// The compressed copy of a spool being built.
-#[derive(Debug, Default)]
-struct Compression {
-    file: Option<Arc<SpoolFile>>,
-    compressor: Option<Compressor>,
-    /// Compressed bytes written to `file`.
-    pos: u64,
-    /// Content offset (from the fragment's begin) compressed through.
-    to: i64,
-    /// `pos` once the compressor is closed; 0 until then.
-    length: u64,
-}
-
-/// What a compression job needs of its spool, taken when it starts.
-struct Job {
-    content: Option<Arc<SpoolFile>>,
-    codec: i32,
-    begin: i64,
-    directory: Option<PathBuf>,
-    retry: Duration,
-}
-
-impl Compression {
-    /// Compresses committed content through offset `end` into `file`. I/O failures
-    /// are retried until they pass (the content is committed: nothing else may
-    /// happen to it); only a codec without a compressor fails.
-    fn compress_through(&mut self, job: &Job, end: i64) -> Result<(), SpoolError> {
-        if job.codec == CompressionCodec::None as i32 {
-            return Err(SpoolError::NotCompressed);
-        }
-        let content = job
-            .content
-            .as_deref()
-            .expect("committed content has a spool file");
-        let stop = end - job.begin;
-        let members = job.codec == CompressionCodec::Gzip as i32;
-        if self.compressor.is_some() {
-            // The usual case: extend the compression with the newly committed span.
-            match self.compress_span(content, self.to, stop, members) {
-                Ok(()) => {
-                    self.to = stop;
-                    return Ok(());
-                }
-                Err(e) => {
-                    tracing::error!("incremental compression failed; rebuilding: {e}");
-                    self.compressor = None;
-                }
-            }
-        }
-        // Build (or rebuild) the compressed file from the start of the fragment.
-        loop {
-            if self.file.is_none() {
-                match SpoolFile::create(job.directory.as_deref()) {
-                    Ok(f) => self.file = Some(Arc::new(f)),
-                    Err(e) => {
-                        tracing::error!("failed to create compressed spool (will retry): {e}");
-                        std::thread::sleep(job.retry);
-                        continue;
-                    }
-                }
-            }
-            self.pos = 0;
-            self.compressor = Some(Compressor::new(job.codec)?);
-            match self.compress_span(content, 0, stop, members) {
-                Ok(()) => {
-                    self.to = stop;
-                    return Ok(());
-                }
-                Err(e) => {
-                    tracing::error!("failed to compress spool (will retry): {e}");
-                    self.compressor = None;
-                    std::thread::sleep(job.retry);
-                }
-            }
-        }
-    }
-
-    /// Compresses content `[start, stop)`; with `end_member`, ends the gzip member.
-    fn compress_span(
-        &mut self,
-        content: &SpoolFile,
-        start: i64,
-        stop: i64,
-        end_member: bool,
-    ) -> io::Result<()> {
-        let mut pos = start;
-        let mut buf = vec![0; COPY_BLOCK.min((stop - start).max(0) as usize)];
-        while pos < stop {
-            let want = buf.len().min((stop - pos) as usize);
-            let n = content.read_at(&mut buf[..want], pos as u64)?;
-            if n == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!("spool file ended at {pos}, before {stop}"),
-                ));
-            }
-            let out = self.compressor().compress(&buf[..n])?;
-            self.write(&out)?;
-            pos += n as i64;
-        }
-        if end_member {
-            let out = self.compressor().close()?;
-            self.write(&out)?;
-        }
-        Ok(())
-    }
-
-    fn compressor(&mut self) -> &mut Compressor {
-        self.compressor.as_mut().expect("a compressor is open")
-    }
-
-    fn write(&mut self, data: &[u8]) -> io::Result<()> {
-        if !data.is_empty() {
-            let file = self.file.as_ref().expect("a compressed file exists");
-            file.pwrite(data, self.pos)?;
-            self.pos += data.len() as u64;
-        }
-        Ok(())
-    }
-
-    fn finish(&mut self, job: &Job, content_length: i64, end: i64) -> Result<(), SpoolError> {
-        if self.length != 0 {
-            return Ok(()); // Already finished.
-        }
-        if self.to < content_length {
-            self.compress_through(job, end)?;
-        } else if self.compressor.is_none() {
-            return Ok(()); // An empty fragment.
-        }
-        loop {
-            let closed = self.compressor().close().and_then(|tail| self.write(&tail));
-            self.compressor = None;
-            match closed {
-                Ok(()) => {
-                    self.length = self.pos;
-                    return Ok(());
-                }
-                Err(e) => {
-                    // The compressor is spent: rebuild the whole encoding, then close again.
-                    tracing::error!("failed to finish compression (will retry): {e}");
-                    std::thread::sleep(job.retry);
-                    self.compress_through(job, end)?;
-                }
-            }
-        }
-    }
-}
-
-// -- Rolling ----------------------------------------------------------------------------
-
-/// `roll_to_offset` lies before the spool's end.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid roll_to_offset {roll_to_offset} (< end {end})")]
-pub struct InvalidRollToOffset {
-    pub roll_to_offset: i64,
-    pub end: i64,
-}
-
-/// The primary's next proposal for `spool` (Gazette's `maybeRollFragment`,
-/// `broker/replica.go`).
-///
-/// A new empty fragment at `max(end, roll_to_offset)` under the spec's codec when
-/// the spool is empty, longer than `spec.length`, asked to roll to an offset other
-/// than its begin, or first committed to in an earlier flush interval (UTC epoch
-/// buckets of `spec.flush_interval`, whole seconds); otherwise the spool's own
-/// fragment.
-pub fn maybe_roll(
-    spool: &Spool,
-    roll_to_offset: i64,
-    spec: &journal_spec::Fragment,
-    now: SystemTime,
-) -> Result<Fragment, InvalidRollToOffset> {
-    roll_of(
-        &spool.spec,
-        spool.first_append_time,
-        roll_to_offset,
-        spec,
-        now,
-    )
-}
-
-/// [`maybe_roll`] of a spool's snapshot.
-pub fn maybe_roll_view(
-    view: &SpoolView,
-    roll_to_offset: i64,
-    spec: &journal_spec::Fragment,
-    now: SystemTime,
-) -> Result<Fragment, InvalidRollToOffset> {
-    roll_of(
-        &view.spec,
-        view.first_append_time,
-        roll_to_offset,
-        spec,
-        now,
-    )
-}
-
-fn roll_of(
-    current: &Fragment,
-    first_append_time: Option<SystemTime>,
-    roll_to_offset: i64,
-    spec: &journal_spec::Fragment,
-    now: SystemTime,
-) -> Result<Fragment, InvalidRollToOffset> {
-    let cl = current.end - current.begin;
-    let mut flush =
-        cl == 0 || cl > spec.length || (roll_to_offset != 0 && roll_to_offset != current.begin);
-    let interval = spec.flush_interval.as_ref().map_or(0, |d| d.seconds);
-    if interval > 0 {
-        let first = first_append_time.map_or(GO_ZERO_TIME_UNIX, unix_seconds);
-        // Rust's `/` truncates toward zero, as Go's does: a never-committed spool's
-        // negative bucket never equals today's.
-        if first / interval != unix_seconds(now) / interval {
-            flush = true;
-        }
-    }
-    let mut next = current.clone();
-    if !flush {
-        return Ok(next);
-    }
-    if roll_to_offset != 0 {
-        if next.end > roll_to_offset {
-            return Err(InvalidRollToOffset {
-                roll_to_offset,
-                end: next.end,
-            });
-        }
-        next.end = roll_to_offset;
-    }
-    next.begin = next.end;
-    next.sum = None;
-    next.compression_codec = spec.compression_codec;
-    Ok(next)
-}
-
-/// Whole seconds since the Unix epoch, rounded down (Go's `Time.Unix`).
-fn unix_seconds(t: SystemTime) -> i64 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_secs() as i64,
-        Err(e) => {
-            let d = e.duration();
-            -(d.as_secs() as i64) - i64::from(d.subsec_nanos() > 0)
-        }
-    }
 }
 
 #[cfg(test)]

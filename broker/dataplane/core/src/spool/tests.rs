@@ -3,11 +3,13 @@
 
 use std::io::Read;
 use std::sync::{Condvar, Mutex};
+use std::time::UNIX_EPOCH;
 
 use bytes::Bytes;
 
 use super::*;
-use crate::protocol::Label;
+use crate::protocol::{journal_spec, Label};
+use roll::unix_seconds;
 
 /// 2019-11-19T22:30:00Z, the Python tests' clock.
 const T0_UNIX: u64 = 1_574_202_600;
