@@ -13,9 +13,16 @@ use bytes::Bytes;
 use sha1::{Digest, Sha1};
 
 use super::*;
-use crate::protocol::{CompressionCodec, Status};
-use crate::spool::files::SpoolRecord;
-use crate::spool::{sha1sum_from_digest, DiskStep, NullObserver, SpoolObserver};
+use std::time::SystemTime;
+
+use crate::protocol::{
+    journal_spec, CompressionCodec, Fragment, LabelSet, ReplicateRequest, Status,
+};
+use crate::spool::files::{SpoolFile, SpoolRecord};
+use crate::spool::{
+    sha1sum_from_digest, DiskStep, LocalFragment, NullObserver, Spool, SpoolConfig, SpoolError,
+    SpoolObserver,
+};
 
 const TIMEOUT: Duration = Duration::from_millis(300);
 const JOURNAL: &str = "a/journal";
