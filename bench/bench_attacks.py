@@ -42,9 +42,27 @@ import uuid
 
 import grpc
 
+from gazette.broker import protocol as pb
+from gazette.broker import testing
+from gazette.broker.protocol import auth
+from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
+from gazette.keyspace import testing as ks_testing
+
 CONNECTIONS = int(os.environ.get("BENCH_ATTACK_CONNECTIONS", "18000"))
 SECONDS = float(os.environ.get("BENCH_ATTACK_SECONDS", "20"))
 KEY = base64.b64encode(b"bench attacks: the cluster's key").decode()
+
+
+#: Every capability over every journal: the clients that aren't attacking.
+ADMIN = auth.KeyedAuth(KEY).authorize(auth.Claims(auth.Capability.ALL), 3600)
+
+
+async def _writable_journal(
+    cluster: testing.BrokerCluster, stub: pb2_grpc.JournalStub, name: str
+) -> None:
+    spec = testing.journal_spec(name, replication=1, stores=[cluster.store_url])
+    assert (await testing.apply_specs(stub, spec, metadata=ADMIN)).status == pb.OK
+    await testing.wait_writable(stub, name, metadata=ADMIN)
 
 
 def _rss_mib(pid: int) -> int:
@@ -124,29 +142,21 @@ def _flood_process(port: int, count: int, seconds: float) -> int:
     return asyncio.run(_flood(port, count, time.monotonic() + seconds))
 
 
-async def _row_flood(cluster: object) -> None:
-    from gazette.broker import protocol as pb
-    from gazette.broker import testing
-    from gazette.broker.protocol import auth
-    from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
+async def _row_flood(cluster: testing.BrokerCluster) -> None:
 
-    assert isinstance(cluster, testing.BrokerCluster)
     broker = cluster.brokers[0]
     assert broker.proc is not None
-    md = auth.KeyedAuth(KEY).authorize(auth.Claims(auth.Capability.ALL), 3600)
     name = f"attack/flood-{uuid.uuid4().hex[:6]}"
     async with cluster.channel(0) as ch:
         stub = pb2_grpc.JournalStub(ch)
-        spec = testing.journal_spec(name, replication=1, stores=[cluster.store_url])
-        assert (await testing.apply_specs(stub, spec, metadata=md)).status == pb.OK
-        await testing.wait_writable(stub, name, metadata=md)
+        await _writable_journal(cluster, stub, name)
 
         async def appends(seconds: float) -> tuple[int, int]:
             ok = failed = 0
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 try:
-                    resp = await testing.append(stub, name, [b"x" * 100], metadata=md)
+                    resp = await testing.append(stub, name, [b"x" * 100], metadata=ADMIN)
                     ok += resp.status == pb.OK
                 except grpc.aio.AioRpcError:
                     failed += 1
@@ -221,12 +231,8 @@ async def _metrics(http_port: int) -> dict[str, float]:
     return out
 
 
-async def _row_applies(cluster: object) -> None:
-    from gazette.broker import protocol as pb
-    from gazette.broker import testing
-    from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
+async def _row_applies(cluster: testing.BrokerCluster) -> None:
 
-    assert isinstance(cluster, testing.BrokerCluster)
     broker = cluster.brokers[1]
     assert broker.proc is not None
     big = pb.ApplyRequest()
@@ -255,13 +261,8 @@ async def _row_applies(cluster: object) -> None:
     )
 
 
-async def _row_ssrf(cluster: object) -> None:
-    from gazette.broker import protocol as pb
-    from gazette.broker import testing
-    from gazette.broker.protocol import auth
-    from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
+async def _row_ssrf(cluster: testing.BrokerCluster) -> None:
 
-    assert isinstance(cluster, testing.BrokerCluster)
     hits = 0
 
     async def count(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
@@ -288,21 +289,13 @@ async def _row_ssrf(cluster: object) -> None:
     print(f"  SSRF (READ token, attacker's endpoint): {got} | connections to it in 5s: {hits}")
 
 
-async def _row_corrupt(cluster: object) -> None:
-    from gazette.broker import protocol as pb
-    from gazette.broker import testing
-    from gazette.broker.protocol import auth
-    from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
+async def _row_corrupt(cluster: testing.BrokerCluster) -> None:
 
-    assert isinstance(cluster, testing.BrokerCluster)
-    md = auth.KeyedAuth(KEY).authorize(auth.Claims(auth.Capability.ALL), 3600)
     name = f"attack/corrupt-{uuid.uuid4().hex[:6]}"
     async with cluster.channel(0) as ch:
         stub = pb2_grpc.JournalStub(ch)
-        spec = testing.journal_spec(name, replication=1, stores=[cluster.store_url])
-        assert (await testing.apply_specs(stub, spec, metadata=md)).status == pb.OK
-        await testing.wait_writable(stub, name, metadata=md)
-        _, meta = await testing.read(stub, name, -1, metadata=md)
+        await _writable_journal(cluster, stub, name)
+        _, meta = await testing.read(stub, name, -1, metadata=ADMIN)
     primary = meta[0].header.route.members[meta[0].header.route.primary]
     proxy = next(i for i, b in enumerate(cluster.brokers) if b.id != primary)
 
@@ -314,14 +307,14 @@ async def _row_corrupt(cluster: object) -> None:
         call = ch.stream_unary("/protocol.Journal/Append", request_serializer=lambda b: b)
         started = time.monotonic()
         try:
-            await call(requests(), metadata=md, timeout=30)
+            await call(requests(), metadata=ADMIN, timeout=30)
             got = "OK"
         except grpc.aio.AioRpcError as e:
             got = f"{e.code().name}: {(e.details() or '')[:90]}"
         took = time.monotonic() - started
         garbage = ch.unary_unary("/protocol.Journal/ListFragments", request_serializer=lambda b: b)
         try:
-            await garbage(os.urandom(300), metadata=md, timeout=10)
+            await garbage(os.urandom(300), metadata=ADMIN, timeout=10)
             random_got = "OK"
         except grpc.aio.AioRpcError as e:
             random_got = f"{e.code().name}: {(e.details() or '')[:90]}"
@@ -329,10 +322,8 @@ async def _row_corrupt(cluster: object) -> None:
     print(f"  300 random bytes as ListFragments: {random_got}")
 
 
-async def _row_header(cluster: object) -> None:
-    from gazette.broker import testing
+async def _row_header(cluster: testing.BrokerCluster) -> None:
 
-    assert isinstance(cluster, testing.BrokerCluster)
     out = []
     for port in (cluster.brokers[0].port, cluster.brokers[0].http_port):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -346,7 +337,7 @@ async def _row_header(cluster: object) -> None:
     print(f"  20 KB Authorization on the gateway (gRPC port, HTTP port): {out}")
 
 
-async def _run(cluster: object) -> None:
+async def _run(cluster: testing.BrokerCluster) -> None:
     await _row_flood(cluster)
     await _row_applies(cluster)
     await _row_ssrf(cluster)
@@ -355,8 +346,6 @@ async def _run(cluster: object) -> None:
 
 
 def main() -> None:
-    from gazette.broker import testing
-    from gazette.keyspace import testing as ks_testing
 
     cache = pathlib.Path(".cache")
     with tempfile.TemporaryDirectory(

@@ -358,22 +358,24 @@ def _tls_dir(data: pathlib.Path) -> pathlib.Path:
 def _make_secrets(data: pathlib.Path) -> None:
     """A fresh CA, certificates and auth key under ``<data>/tls`` (each ``up`` makes new ones)."""
     tlstesting.make_certs(_tls_dir(data))
-    key = _tls_dir(data) / "auth-keys"
-    fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(base64.b64encode(secrets.token_bytes(32)).decode() + "\n")
+    _write_secret(data, "auth-keys", base64.b64encode(secrets.token_bytes(32)).decode())
 
 
 #: The etcd user of ``up --secure``'s brokers (read and write under ``/gazette/`` only).
 ETCD_USER = "gazette"
 
 
-def _secret(data: pathlib.Path, name: str) -> str:
-    """A fresh random secret in ``<data>/tls/<name>`` (0600)."""
-    value = secrets.token_urlsafe(24)
+def _write_secret(data: pathlib.Path, name: str, value: str) -> None:
+    """``value`` into ``<data>/tls/<name>``, readable by its owner only (0600)."""
     fd = os.open(_tls_dir(data) / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(value + "\n")
+
+
+def _secret(data: pathlib.Path, name: str) -> str:
+    """A fresh random secret in ``<data>/tls/<name>`` (0600)."""
+    value = secrets.token_urlsafe(24)
+    _write_secret(data, name, value)
     return value
 
 

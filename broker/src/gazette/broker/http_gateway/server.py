@@ -236,7 +236,7 @@ class Server:
                 await writer.wait_closed()
 
     async def _next_event(
-        self, conn: h11.Connection, reader: asyncio.StreamReader, *, in_body: bool = False
+        self, conn: _Connection, reader: asyncio.StreamReader, *, in_body: bool = False
     ) -> object:
         """The next h11 event; in a body, HttpError(408) after ``body_timeout`` of silence."""
         while True:
@@ -273,7 +273,7 @@ class Server:
                     left -= len(data)
 
     async def _send(
-        self, conn: h11.Connection, writer: asyncio.StreamWriter, event: h11.Event
+        self, conn: _Connection, writer: asyncio.StreamWriter, event: h11.Event
     ) -> None:
         data = conn.send(event)
         if data:
@@ -282,7 +282,7 @@ class Server:
 
     async def _send_simple(
         self,
-        conn: h11.Connection,
+        conn: _Connection,
         writer: asyncio.StreamWriter,
         status: int,
         body: bytes,
@@ -293,11 +293,11 @@ class Server:
         if status != 204:  # A 204 has no body, so no body headers either.
             fields += [("Content-Type", content_type), ("Content-Length", str(len(body)))]
         await self._send(conn, writer, _response(status, fields))
-        if body and not (isinstance(conn, _Connection) and conn.head_request):
+        if body and not conn.head_request:
             await self._send(conn, writer, h11.Data(data=body))
         await self._send(conn, writer, h11.EndOfMessage())
 
-    async def _drain_body(self, conn: h11.Connection, reader: asyncio.StreamReader) -> None:
+    async def _drain_body(self, conn: _Connection, reader: asyncio.StreamReader) -> None:
         while conn.their_state is h11.SEND_BODY:
             event = await self._next_event(conn, reader, in_body=True)
             if isinstance(event, h11.ConnectionClosed):
@@ -307,15 +307,14 @@ class Server:
 
     async def _serve(
         self,
-        conn: h11.Connection,
+        conn: _Connection,
         request: h11.Request,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
         method = request.method.decode("ascii", "replace")
         target = request.target.decode("utf-8", "replace")
-        if isinstance(conn, _Connection):
-            conn.head_request = method == "HEAD"
+        conn.head_request = method == "HEAD"
         auth = host = ""
         head = len(request.target)
         for name, value in request.headers:
@@ -326,12 +325,12 @@ class Server:
             head += len(name) + len(value) + 4
             if len(value) > _MAX_FIELD:
                 field = name.decode("latin-1")
-                await self._refuse_head(conn, writer, f"header field {field} is longer")
+                await self._refuse_head(conn, writer, f"header field {field} is", _MAX_FIELD)
                 return
         path = target.split("?", 1)[0]
         if head > _MAX_HEADERS:
             # h11 checks the head's size only when it arrives in pieces.
-            await self._refuse_head(conn, writer, "request header is longer")
+            await self._refuse_head(conn, writer, "request header is", _MAX_HEADERS)
             return
 
         try:
@@ -389,7 +388,7 @@ class Server:
 
     async def _stream(
         self,
-        conn: h11.Connection,
+        conn: _Connection,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         reply: gateway.Reply,
@@ -440,14 +439,13 @@ class Server:
         return None
 
     async def _refuse_head(
-        self, conn: h11.Connection, writer: asyncio.StreamWriter, what: str
+        self, conn: _Connection, writer: asyncio.StreamWriter, what: str, limit: int
     ) -> None:
-        limit = _MAX_FIELD if what.startswith("header field") else _MAX_HEADERS
-        text = f"{what} than {limit // 1024} KiB\n".encode()
+        text = f"{what} longer than {limit // 1024} KiB\n".encode()
         await self._send_simple(conn, writer, 431, text, self._closing(conn, []))
 
     @staticmethod
-    def _closing(conn: h11.Connection, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    def _closing(conn: _Connection, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """``headers``, plus ``Connection: close`` when the request body is not all read."""
         if conn.their_state is h11.SEND_BODY:
             return [*headers, ("Connection", "close")]
