@@ -10,6 +10,7 @@ pub mod auth;
 pub mod disk;
 pub mod flow;
 pub mod frontdoor;
+pub mod registry;
 pub mod spool;
 pub mod tls;
 

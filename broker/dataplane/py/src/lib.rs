@@ -12,6 +12,8 @@ use std::{
 };
 
 use dataplane::{frontdoor, tls};
+
+mod topology;
 use pyo3::{exceptions::PyOSError, exceptions::PyValueError, prelude::*};
 use tokio::sync::{oneshot, watch};
 
@@ -211,5 +213,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // are rare by design (throttled), so taking the GIL for them costs nothing.
     let _ = pyo3_log::try_init();
     m.add_class::<FrontDoor>()?;
+    m.add_class::<topology::Topology>()?;
     Ok(())
 }

@@ -122,6 +122,7 @@ class KeySpace:
         self._decode = decoder
         self._sleep = sleep
         self._kvs: list[kvs.KeyValue] = []
+        self._changed: frozenset[str] | None = None
         self._header = protocol_pb2.Header.Etcd()
         self._observers: list[Observer] = []
         self._updated = asyncio.Event()
@@ -132,6 +133,15 @@ class KeySpace:
     def key_values(self) -> Sequence[kvs.KeyValue]:
         """Every mirrored KeyValue, sorted by key (an immutable snapshot)."""
         return self._kvs
+
+    @property
+    def changed_keys(self) -> frozenset[str] | None:
+        """Keys put or deleted by the last update; None after a snapshot load (any key).
+
+        Observers that mirror the keyspace elsewhere use it to pass on only what
+        changed, instead of walking every key at every update.
+        """
+        return self._changed
 
     @property
     def header(self) -> protocol_pb2.Header.Etcd:
@@ -209,6 +219,7 @@ class KeySpace:
         self._header = protocol_pb2.Header.Etcd()
         self._header.CopyFrom(header)
         self._kvs = out
+        self._changed = None
         self._on_update()
 
     def apply(self, *responses: WatchResponse) -> None:
@@ -246,6 +257,7 @@ class KeySpace:
         # on key alone yields (key, mod revision) order.
         events.sort(key=lambda e: e.kv.key)
         self._kvs = kvs.merge_events(self._kvs, events, self._decode)
+        self._changed = frozenset(e.kv.key for e in events)
         self._header = nxt
         self._on_update()
 

@@ -3,9 +3,11 @@
 The Python broker is the control plane; this package owns the broker's listening
 port. :class:`FrontDoor` serves it on its own threads and forwards whatever it does
 not serve natively to the broker's gRPC server on a private Unix socket, unchanged.
-Python calls in here only to start and stop it: no request waits for the GIL.
+Python calls in here only to start and stop it, and to publish into :class:`Topology`
+what it reads of etcd (specs, routes, members), which the data plane resolves
+journals against on its own threads: no request waits for the GIL.
 """
 
-from gazette.dataplane._native import FrontDoor
+from gazette.dataplane._native import FrontDoor, Topology
 
-__all__ = ["FrontDoor"]
+__all__ = ["FrontDoor", "Topology"]

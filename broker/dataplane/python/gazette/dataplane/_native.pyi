@@ -27,3 +27,30 @@ class FrontDoor:
         """Connections open, and totals refused, silent and accept_errors."""
     def stop(self, grace: float) -> None:
         """Stop accepting; let connections finish for up to ``grace`` seconds; close them."""
+
+class Topology:
+    """What the data plane knows of the cluster, published by the broker's keyspace observer."""
+
+    def __init__(self) -> None: ...
+    def publish(
+        self,
+        etcd: bytes,
+        local_id: tuple[str, str] | None,
+        members: list[tuple[str, str, str]] | None,
+        journals: list[tuple[str, bytes, bytes, bool]],
+        removed: list[str],
+    ) -> None:
+        """Apply one keyspace update (serialized Header.Etcd, JournalSpec and Route)."""
+    @property
+    def revision(self) -> int:
+        """The etcd revision published last."""
+    def stop_serving_local_replicas(self) -> None:
+        """From now on, journals that resolve to this broker fail to resolve."""
+    def resolve(
+        self,
+        journal: str,
+        may_proxy: bool,
+        require_primary: bool,
+        proxy_header: bytes | None = None,
+    ) -> tuple[int, bytes, bool]:
+        """(status, serialized Header, consistent) of ``journal`` as published now."""

@@ -352,13 +352,17 @@ def listen(
 class NativePort:
     """A broker's listening port, served by the native data plane (:func:`listen_native`)."""
 
-    def __init__(self, front: dataplane.FrontDoor, directory: str) -> None:
+    def __init__(
+        self, front: dataplane.FrontDoor, topology: dataplane.Topology, directory: str
+    ) -> None:
         self._front = front
         self._directory = directory
         self.port: int = front.port
         """The bound port."""
         self.http_socket = os.path.join(directory, "http.sock")
         """Where an HTTP/1.1 server listens for what the port gets that isn't gRPC."""
+        self.topology = topology
+        """What the data plane knows of the cluster; the broker publishes into it."""
 
     def set_auth(self, keys: auth.KeyedAuth | auth.NoopAuth) -> None:
         """Refuse gRPC requests at the door, unread, unless their bearer token is
@@ -430,7 +434,7 @@ def listen_native(
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
         raise
-    return NativePort(front, directory)
+    return NativePort(front, dataplane.Topology(), directory)
 
 
 def server_ssl_context(config: ListenConfig) -> ssl.SSLContext | None:

@@ -68,6 +68,7 @@ from gazette.broker.server import (
     keyreload,
     metrics,
     service,
+    topology,
 )
 
 log = logging.getLogger(__name__)
@@ -293,6 +294,8 @@ async def serve(
                 return  # Stopped before we were announced.
             observed = session.observed
             assert observed is not None
+            # From here on the data plane resolves journals as we do.
+            topology.Publisher(observed, front.topology).start()
             watch_task = tg.create_task(ks.watch(client), name="keyspace watch")
             if reloader is not None:
                 reload_task = tg.create_task(reloader.run(), name="auth key reload")
@@ -371,6 +374,7 @@ async def serve(
             ready = False
 
             svc.stop_replicas()
+            front.topology.stop_serving_local_replicas()
             await front.stop(GRACEFUL_STOP_TIMEOUT)
             await server.stop(GRACEFUL_STOP_TIMEOUT)
             await replicas_task
