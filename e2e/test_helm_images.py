@@ -38,7 +38,7 @@ EXPECTED = {
         {"kopf", "pyspark", "gazette.consumer", "gazette.gazctl"},
     ),
     "consumer": (
-        {"gazette-broker", "gazette-consumer"},
+        {"gazette-broker", "gazette-dataplane", "gazette-consumer"},
         {"kopf", "pyspark", "gazette.operator", "gazette.gazctl"},
     ),
     "operator": (

@@ -239,10 +239,10 @@ def test_the_open_files_limit_is_raised_for_max_connections(
     monkeypatch.setattr(resource, "getrlimit", lambda _: limits["now"])
     monkeypatch.setattr(resource, "setrlimit", lambda _, v: limits.update(now=v))
     cfg = config.parse(["--broker.max-connections", "1000"], env={}).broker
-    process.ensure_open_files(cfg)
+    process.ensure_open_files(cfg.max_connections, 2)
     assert limits["now"] == (3024, 4096)  # 2 ports x 1000 + the broker's own.
     assert not caplog.records
     cfg = config.parse(["--broker.max-connections", "4096"], env={}).broker
-    process.ensure_open_files(cfg)
+    process.ensure_open_files(cfg.max_connections, 2)
     assert limits["now"] == (4096, 4096)
     assert "may need 9216 open files, over the limit of 4096" in caplog.text

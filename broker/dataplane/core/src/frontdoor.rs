@@ -60,6 +60,9 @@ pub struct Limits {
     /// HTTP/2 connections are pinged this often, and closed if a ping goes
     /// unanswered for as long (a peer that vanished without a FIN).
     pub keepalive: Duration,
+    /// What serves behind the door ("broker", "consumer"): refusals name the
+    /// process and its `--<process>.max-connections` flag.
+    pub process: String,
 }
 
 impl Default for Limits {
@@ -69,6 +72,7 @@ impl Default for Limits {
             first_bytes_timeout: Duration::from_secs(10),
             header_timeout: Duration::from_secs(10),
             keepalive: Duration::from_secs(30),
+            process: "broker".into(),
         }
     }
 }
@@ -516,7 +520,8 @@ pub async fn serve(
                     server.stats.refused.fetch_add(1, Ordering::Relaxed);
                     refusals.warn(format_args!(
                         "refused a connection from {peer}: {open} are open, the most served \
-                         at once (--broker.max-connections)"
+                         at once (--{}.max-connections)",
+                        server.limits.process
                     ));
                     // Told why, while few are being told; past that, closed unanswered.
                     // (Only this loop adds to `refusing`: reading it first is no race.)
@@ -524,8 +529,9 @@ pub async fn serve(
                         refusing.fetch_add(1, Ordering::Relaxed);
                         let refusing = refusing.clone();
                         let most = server.limits.max_connections;
+                        let process = server.limits.process.clone();
                         tokio::spawn(async move {
-                            closing::refuse(stream, most).await;
+                            closing::refuse(stream, most, &process).await;
                             refusing.fetch_sub(1, Ordering::Relaxed);
                         });
                     }

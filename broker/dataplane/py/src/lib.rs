@@ -20,11 +20,13 @@ use tokio::sync::{oneshot, watch};
 /// The broker's listening port, served natively (see the crate's `frontdoor`).
 ///
 /// FrontDoor(host, port, backend, cert_file=None, key_file=None, ca_file=None, threads=2,
-///           http_backend=None)
+///           http_backend=None, max_connections=None, first_bytes_timeout=None,
+///           header_timeout=None, keepalive=None, process="broker")
 /// binds `host:port` at once (port 0: any; `.port` tells which) and serves it on
 /// `threads` threads, forwarding the gRPC it does not serve itself to the gRPC server
-/// listening on the Unix socket `backend` (None: answer gRPC UNIMPLEMENTED), and any other HTTP request to the HTTP
-/// server on the Unix socket `http_backend` (none: 404). `stop(grace)` ends it.
+/// listening on the Unix socket `backend` (None: answer gRPC UNIMPLEMENTED), and any
+/// other HTTP request to the HTTP server on the Unix socket `http_backend` (none:
+/// 404). `process` names what serves behind it in refusals. `stop(grace)` ends it.
 #[pyclass(module = "gazette.dataplane._native")]
 struct FrontDoor {
     port: u16,
@@ -69,7 +71,7 @@ impl FrontDoor {
     #[pyo3(signature = (
         host, port, backend, cert_file=None, key_file=None, ca_file=None, threads=2,
         http_backend=None, max_connections=None, first_bytes_timeout=None,
-        header_timeout=None, keepalive=None,
+        header_timeout=None, keepalive=None, process=None,
     ))]
     fn new(
         host: &str,
@@ -84,8 +86,12 @@ impl FrontDoor {
         first_bytes_timeout: Option<f64>,
         header_timeout: Option<f64>,
         keepalive: Option<f64>,
+        process: Option<String>,
     ) -> PyResult<Self> {
         let mut limits = frontdoor::Limits::default();
+        if let Some(process) = process {
+            limits.process = process;
+        }
         if let Some(n) = max_connections {
             limits.max_connections = n;
         }

@@ -17,14 +17,14 @@ const REFUSAL_TIME: Duration = Duration::from_secs(2);
 /// `REFUSAL_TIME`: an HTTP/1 request gets a 503, an HTTP/2 one (gRPC) UNAVAILABLE,
 /// which clients retry, and both say why. (TLS connections are closed unanswered: a
 /// handshake per refusal would cost what the limit saves.)
-pub(super) async fn refuse(stream: tokio::net::TcpStream, most: usize) {
-    let _ = tokio::time::timeout(REFUSAL_TIME, answer_refused(stream, most)).await;
+pub(super) async fn refuse(stream: tokio::net::TcpStream, most: usize, process: &str) {
+    let _ = tokio::time::timeout(REFUSAL_TIME, answer_refused(stream, most, process)).await;
 }
 
-async fn answer_refused(stream: tokio::net::TcpStream, most: usize) {
+async fn answer_refused(stream: tokio::net::TcpStream, most: usize, process: &str) {
     let why = format!(
-        "this broker serves {most} connections at once, its most (--broker.max-connections): \
-         try again soon"
+        "this {process} serves {most} connections at once, its most \
+         (--{process}.max-connections): try again soon"
     );
     let mut first = [0u8; 3];
     match stream.peek(&mut first).await {

@@ -17,6 +17,7 @@ class FrontDoor:
         first_bytes_timeout: float | None = None,
         header_timeout: float | None = None,
         keepalive: float | None = None,
+        process: str | None = None,
     ) -> None: ...
     @property
     def port(self) -> int:

@@ -179,6 +179,8 @@ class ListenConfig:
     """Connections a port serves at once (None: :data:`DEFAULT_MAX_CONNECTIONS`)."""
     handshake_timeout: float = 10.0
     """Seconds a new connection has to send its HTTP/2 preface (and TLS handshake)."""
+    process: str = "broker"
+    """What serves the port (``broker``, ``consumer``): refusals name its flags."""
 
     def __post_init__(self) -> None:
         if self.tls is not None and not self.tls.cert_file:
@@ -409,7 +411,12 @@ def listen_native(
             "a broker's port is served by its native data plane, which is not installed "
             "(pip install 'gazette-broker[server]'; from a checkout, make install)"
         ) from e
-    directory = tempfile.mkdtemp(prefix="gazette-broker-")
+    base = tempfile.gettempdir()
+    # A Unix socket's path holds at most 107 bytes: under a deep TMPDIR (a test's work
+    # directory, say) ours would not fit, and /tmp always does.
+    if len(os.path.join(base, "gazette-broker-xxxxxxxx", "grpc.sock")) > 100:
+        base = "/tmp"
+    directory = tempfile.mkdtemp(prefix="gazette-broker-", dir=base)
     try:
         socket_path: str | None = None
         if srv is not None:
@@ -430,6 +437,7 @@ def listen_native(
             ca,
             http_backend=os.path.join(directory, "http.sock"),
             max_connections=config.max_connections,
+            process=config.process,
         )
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)

@@ -180,7 +180,7 @@ async def serve(
     if signals_are_ours:
         keyreload.handle_sighup(loop, reloader, "--broker.auth-keys")
     listen_cfg, peer_tls = tls_configs(bcfg)
-    ensure_open_files(bcfg)
+    ensure_open_files(bcfg.max_connections, 1 if bcfg.http_port < 0 else 2)
     server = dial.server(listen_cfg)
     host = bcfg.host or socket.gethostname()
     try:
@@ -439,16 +439,17 @@ def _isolation(
 _OWN_FILES = 1024
 
 
-def ensure_open_files(bcfg: config.BrokerConfig) -> None:
-    """Raise the open-files limit to what ``--broker.max-connections`` needs, if allowed.
+def ensure_open_files(
+    max_connections: int, ports: int, flag: str = "--broker.max-connections"
+) -> None:
+    """Raise the open-files limit to what ``max_connections`` on ``ports`` need, if allowed.
 
     Go's runtime raises its soft limit to the hard one at start; Python doesn't, and
     a soft limit of 1024 (a common default) would run out long before the connection
     limit, failing accepts instead of refusing clearly. Logs a warning if the hard
     limit is too low.
     """
-    ports = 1 if bcfg.http_port < 0 else 2
-    need = bcfg.max_connections * ports + _OWN_FILES
+    need = max_connections * ports + _OWN_FILES
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= need:
         return
@@ -458,10 +459,11 @@ def ensure_open_files(bcfg: config.BrokerConfig) -> None:
         soft = target
     if soft < need:
         log.warning(
-            "--broker.max-connections %d on %d port(s) may need %d open files, over the"
+            "%s %d on %d port(s) may need %d open files, over the"
             " limit of %d (ulimit -n): raise the limit or lower the flag, else accepts fail"
             " before connections are refused clearly",
-            bcfg.max_connections,
+            flag,
+            max_connections,
             ports,
             need,
             soft,

@@ -41,6 +41,8 @@ class ConsumerConfig:
     host: str = ""  # Empty: the OS hostname.
     port: int = 0  # gRPC port; 0: a free port.
     http_port: int = 0  # /debug/ready, /debug/metrics; 0: a free port; -1: off.
+    #: ``--consumer.max-connections`` (ours): connections each port serves at once.
+    max_connections: int = 4096
     limit: int = 32
     max_hot_standbys: int = 3
     watch_delay_s: float = 0.030
@@ -145,7 +147,18 @@ _FLAGS: tuple[broker_config.Flag, ...] = (
         "consumer.http_port",
         broker_config.parse_port,
         0,
-        "Port of /debug/ready and /debug/metrics (0: any free port, -1: off)",
+        "A second port of /debug/ready and /debug/metrics, which the gRPC port serves"
+        " too (0: any free port, -1: off)",
+    ),
+    (
+        "--consumer.max-connections",
+        "CONSUMER_MAX_CONNECTIONS",
+        "consumer.max_connections",
+        int,
+        4096,
+        "Connections each port serves at once; more are answered 503 or UNAVAILABLE "
+        "and closed. Each holds a file descriptor: keep it under the open-files limit "
+        "(ulimit -n)",
     ),
     (
         "--consumer.limit",
@@ -416,6 +429,8 @@ def _check_consumer_spec(fail: Any, cons: ConsumerConfig) -> None:
         fail(f"{flag}: {text}")
     if cons.limit < 0:
         fail(f"--consumer.limit must be >= 0 (got {cons.limit})")
+    if cons.max_connections < 1:
+        fail(f"--consumer.max-connections must be at least 1: {cons.max_connections}")
 
 
 def load_application(path: str, args: Sequence[str] = ()) -> Any:

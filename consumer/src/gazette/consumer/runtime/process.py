@@ -85,10 +85,23 @@ async def serve(
     host = ccfg.host or socket.gethostname()
     # The gRPC port (consumer.Shard) is announced in the ConsumerSpec: gazctl and peers dial it.
     listen_cfg, peer_tls = tls_configs(ccfg)
+    broker_process.ensure_open_files(
+        ccfg.max_connections, 1 if ccfg.http_port < 0 else 2, "--consumer.max-connections"
+    )
     server = dial.server(listen_cfg)
-    port = dial.listen(server, _bind_host(host), ccfg.port, listen_cfg)
-    if port == 0:
-        raise errors.ConfigError(f"failed to listen on --consumer.port {ccfg.port}")
+    # The broker's native front door owns the port, as it does a broker's: connection
+    # limits with a clear refusal, header timeouts, TLS, and tokens checked before a
+    # request's messages are read; gRPC goes on to our server, and other HTTP requests
+    # (/debug/) to the HTTP server below, on one port as Gazette's consumers serve.
+    try:
+        front = dial.listen_native(server, _bind_host(host), ccfg.port, listen_cfg)
+    except OSError as e:
+        raise errors.ConfigError(f"--consumer.port {ccfg.port}: {e}") from None
+    except ImportError as e:
+        raise SystemExit(
+            str(e).replace("gazette-broker[server]", "gazette-consumer[server]")
+        ) from None
+    port = front.port
     endpoint = broker_config.endpoint_of(host, port, tls=ccfg.tls)
 
     # Pinged as Gazette pings etcd: a connection into a partition is dropped within the lease.
@@ -118,12 +131,12 @@ async def serve(
     # /debug/ready and /debug/metrics, with the gRPC port's certificate (as Gazette's one
     # port), header and idle timeouts and a connection cap: the broker's HTTP server,
     # without its journal gateway.
-    http = http_gateway.Server(
-        lambda: ready,
-        grpc_endpoint=None,
-        config=http_gateway.ServerConfig(listen_config=listen_cfg),
-    )
+    http_config = http_gateway.ServerConfig(listen_config=listen_cfg)
+    http = http_gateway.Server(lambda: ready, grpc_endpoint=None, config=http_config)
+    port_http = http_gateway.Server(lambda: ready, grpc_endpoint=None, config=http_config)
     keys = keyreload.server_auth(ccfg.auth_keys, ccfg.auth_keys_file, "--consumer.auth-keys-file")
+    if keys is not None:
+        keys.watch(front.set_auth)
     reloader = keyreload.reloader_of(keys, ccfg.auth_keys_file, "--consumer.auth-keys-file")
     if signals_are_ours:
         keyreload.handle_sighup(loop, reloader, "--consumer.auth-keys")
@@ -162,6 +175,7 @@ async def serve(
             if isinstance(app, interfaces.ServiceRegistrar):
                 app.register_services(server, resolver)
             await server.start()
+            await port_http.start_unix(front.http_socket)
             http_port = -1
             if ccfg.http_port != -1:
                 http_port = await http.start(
@@ -194,10 +208,13 @@ async def serve(
                 with contextlib.suppress(asyncio.CancelledError):
                     await session_task
             await resolver.close()
+            await front.stop(broker_process.GRACEFUL_STOP_TIMEOUT)
             log.warning("consumer stopped")
     finally:
+        await front.stop(0)
         await server.stop(None)
         await http.close()
+        await port_http.close()
         with contextlib.suppress(keyspace.errors.KeySpaceError, OSError):
             await etcd.close()
 
@@ -233,11 +250,15 @@ def tls_configs(ccfg: config.ConsumerConfig) -> tuple[dial.ListenConfig, dial.TL
     Without ``--consumer.server-cert-file`` the port is plaintext and the other
     TLS flags are ignored, as a broker's.
     """
-    if not ccfg.tls:
-        return dial.ListenConfig(), dial.TLS()
-    serving = dial.TLS(ccfg.server_cert_file, ccfg.server_cert_key_file, ccfg.server_ca_file)
-    peer = dial.TLS(ccfg.peer_cert_file, ccfg.peer_cert_key_file, ccfg.peer_ca_file)
-    return dial.ListenConfig(tls=serving), peer
+    serving: dial.TLS | None = None
+    peer = dial.TLS()
+    if ccfg.tls:
+        serving = dial.TLS(ccfg.server_cert_file, ccfg.server_cert_key_file, ccfg.server_ca_file)
+        peer = dial.TLS(ccfg.peer_cert_file, ccfg.peer_cert_key_file, ccfg.peer_ca_file)
+    listen = dial.ListenConfig(
+        tls=serving, max_connections=ccfg.max_connections, process="consumer"
+    )
+    return listen, peer
 
 
 def _bind_host(host: str) -> str:
