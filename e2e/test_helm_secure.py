@@ -214,7 +214,36 @@ def test_without_security_nothing_changes(helm_bin: pathlib.Path) -> None:
     assert _mounted(sts) == {}
 
 
+def test_debug_token_required_is_a_value_with_the_scrape_token_beside_it(
+    helm_bin: pathlib.Path,
+) -> None:
+    token = {"type": "Bearer", "credentials": {"name": "metrics-token", "key": "token"}}
+    objects = helm.template(
+        helm_bin,
+        kube_version="1.36.0",
+        api_versions=[MONITOR_API],
+        sets={
+            "security.debugTokenRequired": True,
+            "monitoring.serviceMonitor.authorization": token,
+        },
+    )
+    sts = _one(objects, "StatefulSet", "-broker")
+    assert _env(sts)["BROKER_DEBUG_TOKEN_REQUIRED"] == "true"
+    # Readiness stays a plain GET: /debug/ready needs no token.
+    assert _container(sts)["readinessProbe"]["httpGet"]["path"] == "/debug/ready"
+    monitor = _one(objects, "ServiceMonitor", "gazette")
+    assert monitor["spec"]["endpoints"][0]["authorization"] == token
+    # Off by default, and then nothing changes.
+    plain = helm.template(helm_bin, kube_version="1.36.0", api_versions=[MONITOR_API])
+    assert "BROKER_DEBUG_TOKEN_REQUIRED" not in _env(_one(plain, "StatefulSet", "-broker"))
+    assert "authorization" not in _one(plain, "ServiceMonitor", "gazette")["spec"]["endpoints"][0]
+
+
 BAD = {
+    "debug token without keys": (
+        {"security.debugTokenRequired": True, "security.authKeys.generate": False},
+        "security.debugTokenRequired needs authorization keys",
+    ),
     "certificate without its key": (
         {"security.tls.broker.secretName": "x", "security.tls.broker.keyKey": ""},
         "at '/security/tls/broker/keyKey': minLength: got 0, want 1",

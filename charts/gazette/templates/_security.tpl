@@ -82,10 +82,17 @@ Roles: broker, consumer, operator, client (helm test's gazctl).
 {{- $ctx := .ctx -}}
 {{- $s := $ctx.Values.security -}}
 {{- $authSecret := include "gazette.authKeysSecret" $ctx }}
+{{- if and $s.debugTokenRequired (not $authSecret) }}
+{{- fail "security.debugTokenRequired needs authorization keys: security.authKeys.generate=true or security.authKeys.secretName" }}
+{{- end }}
 {{- if $authSecret }}
 {{- if eq .role "broker" }}
 - name: BROKER_AUTH_KEYS_FILE
   value: {{ printf "/etc/gazette/auth/%s" $s.authKeys.key | quote }}
+{{- if $s.debugTokenRequired }}
+- name: BROKER_DEBUG_TOKEN_REQUIRED
+  value: "true"
+{{- end }}
 {{- else if or (eq .role "consumer") (eq .role "client") }}
 - name: BROKER_AUTH_KEYS
   valueFrom:
