@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pathlib
 import subprocess
 import sys
@@ -122,3 +123,142 @@ async def test_connections_past_max_connections_are_told_why(
         finally:
             for writer in held:
                 writer.close()
+
+
+# Opens up to N connections to a port and keeps them, each having sent half a request
+# line; reopens those the broker closes (refused, or timed out), for SECONDS; prints how
+# many it opened. In a process of its own, so that it loads neither this test's event loop
+# nor its file descriptors.
+FLOOD = r"""
+import socket, sys, time
+port, most, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+opened, held = 0, []
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    while len(held) < most and time.monotonic() < end:
+        s = socket.socket()
+        s.settimeout(2)
+        try:
+            s.connect(("127.0.0.1", port))
+            s.send(b"GET /debug/ready HT")
+        except OSError:
+            s.close()
+            continue
+        s.setblocking(False)
+        held.append(s)
+        opened += 1
+    alive = []
+    for s in held:
+        try:
+            s.recv(4096)  # An answer (a refusal) or EOF: the broker let it go.
+            s.close()
+        except BlockingIOError:
+            alive.append(s)
+        except OSError:
+            s.close()
+    held = alive
+    time.sleep(0.01)
+print(opened)
+"""
+
+
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith((name + " ", name + "{")):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} is not in /debug/metrics")
+
+
+async def test_a_connection_flood_is_refused_while_established_clients_go_on(
+    etcd_server: ks_testing.EtcdServer, tmp_path: pathlib.Path
+) -> None:
+    from gazette.broker import client
+    from gazette.broker import protocol as pb
+    from gazette.broker.server import testing as server_testing
+
+    most = 200
+    async with (
+        server_testing.InProcessCluster(
+            etcd_server.endpoint,
+            work_dir=tmp_path,
+            brokers=1,
+            extra_args=["--broker.max-connections", str(most)],
+        ) as cluster,
+        client.JournalClient(client.ClientConfig(address=cluster[0].endpoint)) as jc,
+    ):
+        port = int(cluster[0].endpoint.rsplit(":", 1)[1])
+        req = pb.ApplyRequest()
+        req.changes.add(upsert=testing.journal_spec("flood/target"))
+        await client.apply_journals(jc, req)
+        async with asyncio.timeout(30):
+            while True:
+                try:
+                    await asyncio.wait_for(client.append(jc, "flood/target", b"ready\n"), 5)
+                    break
+                except (client.errors.ClientError, TimeoutError):
+                    await asyncio.sleep(0.1)
+        # A kept HTTP/1.1 connection of our own, opened before the flood.
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+
+        async def get(path: str) -> tuple[float, bytes]:
+            began = asyncio.get_running_loop().time()
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            length = next(
+                int(h.split(b":", 1)[1])
+                for h in head.split(b"\r\n")
+                if h.lower().startswith(b"content-length:")
+            )
+            body = await asyncio.wait_for(reader.readexactly(length), 5)
+            assert head.startswith(b"HTTP/1.1 200 "), head
+            return asyncio.get_running_loop().time() - began, body
+
+        flood = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", FLOOD, str(port), str(most * 5), "8",
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+        appended, worst_ready, most_open = 0, 0.0, 0.0
+        try:
+            while flood.returncode is None:
+                await asyncio.wait_for(client.append(jc, "flood/target", b"x" * 1024), 10)
+                appended += 1
+                took, _ = await get("/debug/ready")
+                worst_ready = max(worst_ready, took)
+                _, metrics = await get("/debug/metrics")
+                most_open = max(
+                    most_open, _metric(metrics.decode(), "gazette_broker_connections_open")
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(flood.wait(), 0.05)
+            out, _ = await flood.communicate()
+        finally:
+            if flood.returncode is None:
+                flood.kill()
+                await flood.wait()
+            writer.close()
+        metrics = await metrics_after(port)
+        refused = _metric(metrics.decode(), "gazette_broker_connections_refused_total")
+        opened = int(out)
+        # The flood took far more connections than the cap, and got refused, not served.
+        assert opened > most * 2, opened
+        assert refused >= opened - most * 2, (refused, opened)
+        # (The gauge sums both ports; the HTTP port holds none of these.)
+        assert most_open <= most + 2, most_open
+        # Meanwhile the established client and the kept connection were served.
+        assert appended >= 10, appended
+        assert worst_ready < 2.0, worst_ready
+
+
+async def metrics_after(port: int) -> bytes:
+    """GET /debug/metrics on a new connection, retried while the port still refuses."""
+    async with asyncio.timeout(20):
+        while True:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                writer.write(b"GET /debug/metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                data = await reader.read()
+            finally:
+                writer.close()
+            if data.startswith(b"HTTP/1.1 200 "):
+                return data.split(b"\r\n\r\n", 1)[1]
+            await asyncio.sleep(0.2)
