@@ -166,7 +166,7 @@ def test_network_policies_admit_the_release_and_the_named_peers_only(
         for e in selector["podSelector"]["matchExpressions"]
         if e["key"] == "app.kubernetes.io/component"
     )
-    assert sorted(components) == ["broker", "consumer", "operator"]
+    assert sorted(components) == ["broker", "consumer", "etcd-auth", "operator"]
     assert [p["port"] for p in clients["ports"]] == [2379]
     assert [p["port"] for p in members["ports"]] == [2379, 2380]
     assert policies["gazette-operator"]["spec"]["ingress"] == []  # Nothing but its node.
@@ -220,7 +220,8 @@ def test_production_values(helm_bin: pathlib.Path) -> None:
     assert env["AWS_ACCESS_KEY_ID"] == {
         "secretKeyRef": {"name": "gazette-s3", "key": "AWS_ACCESS_KEY_ID"}
     }
-    assert not _by_kind(objects, "Job")  # no trial server
+    # No trial server's bucket Job: only the bundled etcd's auth setup.
+    assert [j["metadata"]["name"] for j in _by_kind(objects, "Job")] == ["gazette-etcd-auth"]
     store = _one(objects, "ConfigMap", "-store")["data"]["store"]
     assert store == "s3://my-gazette-fragments/prod/?region=us-east-1"
     monitor = _one(objects, "ServiceMonitor", "gazette")

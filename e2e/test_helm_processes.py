@@ -171,10 +171,57 @@ def cluster(
                 broker.start()
             for broker in brokers:
                 broker.wait_http(broker.ready_url)
+            _enable_etcd_auth(rendered, etcd, tmp_path)
             yield rendered, brokers, control
         finally:
             for broker in brokers:
                 broker.kill()
+
+
+def _enable_etcd_auth(rendered: Rendered, etcd: Any, tmp: pathlib.Path) -> None:
+    """The bundled etcd's auth hook Job, run once the brokers serve (as helm runs
+    post-install hooks): from then on etcd refuses anyone but its users, and the brokers,
+    started while it was open, go on signing in."""
+    job = rendered.get("Job", "gazette-etcd-auth")["spec"]["template"]
+    (setup,) = job["spec"]["containers"]
+    secrets = tmp / "etcd-auth"
+    secrets.mkdir()
+    for key in ("root-password", "password"):
+        (secrets / key).write_text(rendered.secret("gazette-etcd-auth", key))
+    (mount,) = setup["volumeMounts"]
+    done = subprocess.run(
+        pods.local_command(setup["command"], {mount["mountPath"]: secrets}),
+        env={**pods.base_env(tmp), **pods.resolve_env(setup, pod=job, secret=rendered.secret)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "etcd auth enabled" in done.stderr, done.stderr
+    etcd.auth_enabled, etcd.root_password = True, (secrets / "root-password").read_text()
+    anonymous = subprocess.run(
+        [str(pods.VENV_BIN / "python"), "-c", _ANONYMOUS_PUT, etcd.endpoint],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert anonymous.returncode != 0 and "user name is empty" in anonymous.stderr, anonymous
+
+
+# A put to etcd by a client without a user.
+_ANONYMOUS_PUT = """
+import asyncio, sys
+from gazette import keyspace
+async def main():
+    client = await keyspace.connect(sys.argv[1], call_timeout=10)
+    try:
+        await client.put(b"/gazette/cluster/anonymous", b"x")
+    finally:
+        await client.close()
+asyncio.run(main())
+"""
 
 
 def _gazctl(

@@ -16,6 +16,7 @@ example journals of ``examples/k8s/journals.yaml`` with the release's store.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import pathlib
 import subprocess
@@ -127,6 +128,22 @@ def test_quick_start(
         raise AssertionError(f"the operator reads no Secret ({name}/{key})")
 
     op_env = pods.resolve_env(container, pod=deploy["spec"]["template"], secret=no_secrets)
+
+    def installed_secret(name: str, key: str) -> str:
+        obj = json.loads(kube.kubectl("get", "secret", name, "-n", ns, "-o", "json").stdout)
+        return base64.b64decode(obj["data"][key]).decode()
+
+    # The etcd password, from the Secret the install made, as the kubelet mounts it (this
+    # etcd has auth off, as the bundled one has until its hook Job runs: the operator
+    # calls it without signing in).
+    op_env = pods.mount_secrets(
+        op_env,
+        container,
+        pod=deploy["spec"]["template"],
+        secret=installed_secret,
+        directory=tmp_path / "operator-secrets",
+    )
+    assert op_env["ETCD_USERNAME"] == "gazette"
     assert op_env["WATCH_NAMESPACES"] == ns
     assert op_env["GAZETTE_CLUSTER"] == "default"
     op_env.update(

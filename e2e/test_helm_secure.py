@@ -185,7 +185,10 @@ def test_authorization_is_on_by_default_with_keys_of_the_charts_own(
     assert len(key) == 32
     sts = _one(objects, "StatefulSet", "-broker")
     assert _env(sts)["BROKER_AUTH_KEYS_FILE"] == "/etc/gazette/auth/auth-keys"
-    assert _mounted(sts) == {"/etc/gazette/auth": ("gazette-auth-keys", True)}
+    assert _mounted(sts) == {
+        "/etc/gazette/auth": ("gazette-auth-keys", True),
+        "/etc/gazette/etcd/password": ("gazette-etcd-auth", True),
+    }
     # helm test's gazctl signs with the same keys.
     assert _env(_one(objects, "Pod", "-test-roundtrip"))["BROKER_AUTH_KEYS"] == {
         "secretKeyRef": {"name": "gazette-auth-keys", "key": "auth-keys"}
@@ -197,7 +200,9 @@ def test_authorization_is_on_by_default_with_keys_of_the_charts_own(
 
 def test_without_security_nothing_changes(helm_bin: pathlib.Path) -> None:
     objects = helm.template(
-        helm_bin, kube_version="1.36.0", sets={"security.authKeys.generate": False}
+        helm_bin,
+        kube_version="1.36.0",
+        sets={"security.authKeys.generate": False, "etcd.bundled.auth.enabled": False},
     )
     assert not [o for o in objects if o["kind"] == "Secret" and "auth" in o["metadata"]["name"]]
     sts = _one(objects, "StatefulSet", "-broker")
@@ -212,6 +217,42 @@ def test_without_security_nothing_changes(helm_bin: pathlib.Path) -> None:
     assert env["BROKER_HOST"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert _container(sts)["readinessProbe"]["httpGet"]["path"] == "/debug/ready"
     assert _mounted(sts) == {}
+
+
+def test_the_bundled_etcd_has_users_of_the_charts_own(helm_bin: pathlib.Path) -> None:
+    objects = helm.template(helm_bin, kube_version="1.36.0")
+    secret = _one(objects, "Secret", "-etcd-auth")
+    assert secret["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    passwords = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert sorted(passwords) == ["password", "root-password"]
+    assert all(len(p) == 32 for p in passwords.values())
+    job = _one(objects, "Job", "-etcd-auth")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    command = _container(job)["command"]
+    assert command[:3] == ["python", "-m", "gazette.keyspace.auth_setup"]
+    assert "--user=gazette" in command
+    # Ranges as the processes read them: a root key and everything after it.
+    assert "--prefix=/gazette/cluster" in command and "--prefix=/gazette/consumers" in command
+    assert _mounted(job) == {"/etc/gazette/etcd-auth": ("gazette-etcd-auth", True)}
+    # Brokers (and consumers, the operator) sign in with the user's password alone.
+    for kind, suffix in (("StatefulSet", "-broker"), ("Deployment", "-operator")):
+        obj = _one(objects, kind, suffix)
+        env = _env(obj)
+        assert env["ETCD_USERNAME"] == "gazette", suffix
+        assert env["ETCD_PASSWORD_FILE"] == "/etc/gazette/etcd/password/password", suffix
+        (volume,) = [v for v in _pod_spec(obj)["volumes"] if v["name"] == "etcd-password"]
+        assert volume["secret"]["items"] == [{"key": "password", "path": "password"}], suffix
+    # The etcd NetworkPolicy lets the Job in.
+    policy = _one(objects, "NetworkPolicy", "-etcd")
+    (components,) = [
+        e["values"]
+        for e in policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchExpressions"]
+        if e["key"] == "app.kubernetes.io/component"
+    ]
+    assert "etcd-auth" in components
+    off = helm.template(helm_bin, kube_version="1.36.0", sets={"etcd.bundled.auth.enabled": False})
+    assert not [o for o in off if o["metadata"]["name"].endswith("-etcd-auth")]
+    assert "ETCD_USERNAME" not in _env(_one(off, "StatefulSet", "-broker"))
 
 
 def test_debug_token_required_is_a_value_with_the_scrape_token_beside_it(

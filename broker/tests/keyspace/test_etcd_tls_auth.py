@@ -485,3 +485,60 @@ def test_a_broker_refused_by_etcd_exits_with_one_line(
         timeout=60,
     )
     assert out.stderr.strip().splitlines() == [f"--etcd.trusted-ca-file: no such file: {missing}"]
+
+
+async def test_auth_setup_turns_auth_on_under_a_running_client_and_runs_again(
+    tmp_path: pathlib.Path,
+) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "root").write_text("r00t-pw\n")
+    (tmp_path / "user").write_text(PASSWORD + "\n")
+
+    def setup(root_file: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable, "-m", "gazette.keyspace.auth_setup",
+                "--etcd.address", server.endpoint,
+                "--root-password-file", root_file,
+                "--user", USER, "--password-file", str(tmp_path / "user"),
+                "--prefix", PREFIX,
+                "--timeout", "20",
+            ],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    server = testing.EtcdServer(work_dir=tmp_path / "etcd")
+    with server:
+        user = ks_options.EtcdConfig(address=server.endpoint, username=USER, password=PASSWORD)
+        # A process that signs in before auth is on (as the chart's brokers may) works...
+        async with connected(user) as client:
+            await client.put(f"{PREFIX}before".encode(), b"1")
+            done = await asyncio.to_thread(setup, str(tmp_path / "root"))
+            assert done.returncode == 0, done.stderr
+            assert "etcd auth enabled: users root and gazette" in done.stderr
+            server.auth_enabled, server.root_password = True, "r00t-pw"
+            # ...and goes on once it is, signing in then, under its prefix only.
+            await client.put(f"{PREFIX}after".encode(), b"2")
+            got = await client.get(f"{PREFIX}before".encode())
+            assert got is not None and got.value == b"1"
+            with pytest.raises(errors.EtcdError, match="permission denied"):
+                await keyspace.apply_changes(
+                    client, "/elsewhere", [("x", b"", keyspace.ANY_REVISION)]
+                )
+        anonymous = ks_options.EtcdConfig(address=server.endpoint)
+        async with connected(anonymous) as client:
+            with pytest.raises(errors.EtcdError) as refused:
+                await keyspace.KeySpace(PREFIX.rstrip("/"), decode).load(client)
+            assert refused.value.code in ("INVALID_ARGUMENT", "PERMISSION_DENIED")
+
+        again = await asyncio.to_thread(setup, str(tmp_path / "root"))
+        assert again.returncode == 0, again.stderr
+        assert "was on already; users checked" in again.stderr
+        (tmp_path / "wrong").write_text("not-root's\n")
+        wrong = await asyncio.to_thread(setup, str(tmp_path / "wrong"))
+        assert wrong.returncode == 1
+        assert "error: --root-password-file: " in wrong.stderr, wrong.stderr
+        async with connected(server.config(), wipe=PREFIX):
+            pass

@@ -58,7 +58,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "gazette.etcdAddress" -}}
 {{- if .Values.etcd.bundled.enabled -}}
 {{- if or .Values.etcd.tls.secretName .Values.etcd.username .Values.etcd.passwordSecret.name -}}
-{{- fail "etcd.tls, etcd.username and etcd.passwordSecret are for an etcd you run: set etcd.bundled.enabled=false and etcd.external.endpoint (the bundled etcd serves plaintext without auth)" -}}
+{{- fail "etcd.tls, etcd.username and etcd.passwordSecret are for an etcd you run: set etcd.bundled.enabled=false and etcd.external.endpoint (the bundled etcd has users of the chart's own: etcd.bundled.auth)" -}}
 {{- end -}}
 http://{{ include "gazette.etcdName" . }}.{{ .Release.Namespace }}.svc:2379
 {{- else -}}
@@ -302,3 +302,11 @@ zone the init container wrote, then execs the process with the args.
 {{- end -}}
 {{- ceil $total | int -}}
 {{- end -}}
+
+{{/* Whether the bundled etcd runs with auth on (its users are the chart's own). */}}
+{{- define "gazette.bundledEtcdAuth" -}}
+{{- if and .Values.etcd.bundled.enabled .Values.etcd.bundled.auth.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{/* The Secret of the bundled etcd's passwords. */}}
+{{- define "gazette.etcdAuthSecret" -}}{{ include "gazette.etcdName" . }}-auth{{- end -}}

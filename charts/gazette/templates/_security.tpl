@@ -105,6 +105,12 @@ Roles: broker, consumer, operator, client (helm test's gazctl).
 {{- include "gazette.tlsUseEnv" (dict "use" $use "dir" (printf "/etc/gazette/tls/%s" $use) "keys" (include "gazette.tlsKeys" (dict "ctx" $ctx "use" $use) | fromJson)) }}
 {{- end }}
 {{- if ne .role "client" }}
+{{- if include "gazette.bundledEtcdAuth" $ctx }}
+- name: ETCD_USERNAME
+  value: {{ $ctx.Values.etcd.bundled.auth.username | quote }}
+- name: ETCD_PASSWORD_FILE
+  value: /etc/gazette/etcd/password/password
+{{- else }}
 {{- with $ctx.Values.etcd.username }}
 - name: ETCD_USERNAME
   value: {{ . | quote }}
@@ -112,6 +118,7 @@ Roles: broker, consumer, operator, client (helm test's gazctl).
 {{- if $ctx.Values.etcd.passwordSecret.name }}
 - name: ETCD_PASSWORD_FILE
   value: {{ printf "/etc/gazette/etcd/password/%s" $ctx.Values.etcd.passwordSecret.key | quote }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end -}}
@@ -129,7 +136,7 @@ Roles: broker, consumer, operator, client (helm test's gazctl).
   mountPath: /etc/gazette/tls/{{ $use }}
   readOnly: true
 {{- end }}
-{{- if and (ne .role "client") $ctx.Values.etcd.passwordSecret.name }}
+{{- if and (ne .role "client") (or $ctx.Values.etcd.passwordSecret.name (include "gazette.bundledEtcdAuth" $ctx)) }}
 - name: etcd-password
   mountPath: /etc/gazette/etcd/password
   readOnly: true
@@ -150,7 +157,15 @@ Roles: broker, consumer, operator, client (helm test's gazctl).
     secretName: {{ include "gazette.tlsSecret" (dict "ctx" $ctx "use" $use) }}
     defaultMode: 0440
 {{- end }}
-{{- if and (ne .role "client") $ctx.Values.etcd.passwordSecret.name }}
+{{- if and (ne .role "client") (include "gazette.bundledEtcdAuth" $ctx) }}
+- name: etcd-password
+  secret:
+    secretName: {{ include "gazette.etcdAuthSecret" $ctx }}
+    defaultMode: 0440
+    # The user's password only: root's stays with the setup Job.
+    items:
+      - {key: password, path: password}
+{{- else if and (ne .role "client") $ctx.Values.etcd.passwordSecret.name }}
 - name: etcd-password
   secret:
     secretName: {{ $ctx.Values.etcd.passwordSecret.name }}

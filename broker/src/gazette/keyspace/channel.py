@@ -150,6 +150,17 @@ class TokenAuth:
                     _authenticated=False,
                 )(request, timeout=rpc_timeout)
             except grpc.aio.AioRpcError as e:
+                if _auth_off(e):
+                    # Calls go without a token until etcd turns auth on (then they are
+                    # refused for it, and authenticate): a process may start before a
+                    # setup job enables auth (the chart's bundled etcd).
+                    if self.token != "":
+                        log.warning(
+                            "etcd has authentication off: calling without signing in as %r",
+                            self.username,
+                        )
+                    self.token = ""
+                    return self.token
                 if e.code() in (
                     grpc.StatusCode.INVALID_ARGUMENT,
                     grpc.StatusCode.PERMISSION_DENIED,
@@ -163,10 +174,17 @@ class TokenAuth:
             return self.token
 
 
+def _auth_off(e: grpc.aio.AioRpcError) -> bool:
+    # etcd's answer to Authenticate while auth is disabled (rpctypes ErrGRPCAuthNotEnabled).
+    return e.code() == grpc.StatusCode.FAILED_PRECONDITION and (
+        "authentication is not enabled" in (e.details() or "")
+    )
+
+
 def _with_token(
     metadata: Sequence[tuple[str, str]] | None, token: str | None
 ) -> tuple[tuple[str, str], ...] | None:
-    if token is None:
+    if not token:
         return tuple(metadata) if metadata is not None else None
     return (*(metadata or ()), ("token", token))
 

@@ -50,7 +50,7 @@ import types
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from gazette.keyspace import options as ks_options
 
@@ -619,33 +619,13 @@ class EtcdServer:
         self.root_password = root_password
 
     async def _enable_auth(self, users: dict[str, tuple[str, str]], root_password: str) -> None:
-        import aetcd.rpc
+        from gazette.keyspace import auth_setup
 
-        from gazette import keyspace
-
-        client = await keyspace.connect(self.config(), call_timeout=10)
-        try:
-            stub: Any = aetcd.rpc.AuthStub(client.channel)
-            await stub.UserAdd(aetcd.rpc.AuthUserAddRequest(name="root", password=root_password))
-            await stub.UserGrantRole(aetcd.rpc.AuthUserGrantRoleRequest(user="root", role="root"))
-            for name, (password, prefix) in users.items():
-                role = f"{name}-role"
-                await stub.UserAdd(aetcd.rpc.AuthUserAddRequest(name=name, password=password))
-                await stub.RoleAdd(aetcd.rpc.AuthRoleAddRequest(name=role))
-                await stub.RoleGrantPermission(
-                    aetcd.rpc.AuthRoleGrantPermissionRequest(
-                        name=role,
-                        perm=aetcd.rpc.Permission(
-                            permType=aetcd.rpc.Permission.READWRITE,
-                            key=prefix.encode(),
-                            range_end=keyspace.prefix_range_end(prefix).encode(),
-                        ),
-                    )
-                )
-                await stub.UserGrantRole(aetcd.rpc.AuthUserGrantRoleRequest(user=name, role=role))
-            await stub.AuthEnable(aetcd.rpc.AuthEnableRequest())
-        finally:
-            await client.close()
+        await auth_setup.enable(
+            self.config(),
+            root_password,
+            [auth_setup.User(name, pw, (prefix,)) for name, (pw, prefix) in users.items()],
+        )
 
     def __enter__(self) -> EtcdServer:
         self.start()
