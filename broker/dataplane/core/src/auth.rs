@@ -47,10 +47,35 @@ impl Gate {
             return Err("invalid or unsupported Authorization header (expected 'Bearer')".into());
         };
         self.verify(token)
+            .map(|_| ())
             .map_err(|why| format!("verifying Authorization: {why}"))
     }
 
-    fn verify(&self, token: &str) -> Result<(), String> {
+    /// The claims of the request's token, checked against `now` (seconds since the
+    /// epoch): None when it has no token and may go without one (the `AA==` switch),
+    /// else the server's refusal.
+    pub fn claims(
+        &self,
+        authorization: Option<&[u8]>,
+        now: f64,
+    ) -> Result<Option<crate::claims::Claims>, String> {
+        let Some(value) = authorization else {
+            return self.check(None).map(|()| None);
+        };
+        let value = std::str::from_utf8(value).unwrap_or("");
+        let Some(token) = value.strip_prefix(BEARER) else {
+            return self.check(Some(value.as_bytes())).map(|()| None);
+        };
+        let payload = self
+            .verify(token)
+            .map_err(|why| format!("verifying Authorization: {why}"))?;
+        crate::claims::Claims::from_payload(&payload, now)
+            .map(Some)
+            .map_err(|why| format!("verifying Authorization: {why}"))
+    }
+
+    /// Checks `token`'s signature; returns its decoded payload.
+    fn verify(&self, token: &str) -> Result<Vec<u8>, String> {
         if token.len() > MAX_TOKEN {
             return Err(format!("token is malformed: longer than {MAX_TOKEN} bytes"));
         }
@@ -91,7 +116,9 @@ impl Gate {
             )
             .is_ok()
             {
-                return Ok(());
+                return b64
+                    .decode(payload.trim_end_matches('='))
+                    .map_err(|_| "token is malformed: Invalid payload padding".to_string());
             }
         }
         Err("token signature is invalid: signature is invalid".into())

@@ -7,9 +7,11 @@
 //! the Python gRPC server on a private Unix socket.
 
 pub mod auth;
+pub mod claims;
 pub mod disk;
 pub mod flow;
 pub mod frontdoor;
+pub mod labels;
 pub mod registry;
 pub mod spool;
 pub mod tls;

@@ -213,6 +213,49 @@ impl Drop for FrontDoor {
     }
 }
 
+/// check_token(keys, authorization, require, spec=None, now=None, allow_missing=False)
+///     -> (refusal or None, selects the journal)
+///
+/// How the data plane authorizes a request: verifies the `authorization` header's
+/// bearer token with `keys`, reads its claims as of `now` (default: the clock), checks
+/// that they hold every capability bit of `require`, and whether they select the journal
+/// of the serialized JournalSpec `spec`. For tests that hold it to the Python server.
+#[pyfunction]
+#[pyo3(signature = (keys, authorization, require, spec=None, now=None, allow_missing=false))]
+fn check_token(
+    keys: Vec<Vec<u8>>,
+    authorization: Option<&str>,
+    require: u32,
+    spec: Option<&[u8]>,
+    now: Option<f64>,
+    allow_missing: bool,
+) -> PyResult<(Option<String>, bool)> {
+    use prost::Message;
+    let now = now.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+    });
+    let gate = dataplane::auth::Gate::new(keys, allow_missing);
+    let claims = match gate.claims(authorization.map(str::as_bytes), now) {
+        Err(why) => return Ok((Some(why), false)),
+        Ok(None) => return Ok((None, true)),
+        Ok(Some(claims)) => claims,
+    };
+    if let Err(why) = claims.check_capability(require) {
+        return Ok((Some(why), false));
+    }
+    let selects = match spec {
+        None => true,
+        Some(bytes) => {
+            let spec = dataplane::protocol::JournalSpec::decode(bytes)
+                .map_err(|e| PyValueError::new_err(format!("JournalSpec: {e}")))?;
+            claims.allows(&spec)
+        }
+    };
+    Ok((None, selects))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The crate's warnings go to Python's logging (logger "dataplane.…"); they
@@ -220,5 +263,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let _ = pyo3_log::try_init();
     m.add_class::<FrontDoor>()?;
     m.add_class::<topology::Topology>()?;
+    m.add_function(wrap_pyfunction!(check_token, m)?)?;
     Ok(())
 }

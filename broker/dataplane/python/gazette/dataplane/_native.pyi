@@ -55,3 +55,13 @@ class Topology:
         proxy_header: bytes | None = None,
     ) -> tuple[int, bytes, bool]:
         """(status, serialized Header, consistent) of ``journal`` as published now."""
+
+def check_token(
+    keys: list[bytes],
+    authorization: str | None,
+    require: int,
+    spec: bytes | None = None,
+    now: float | None = None,
+    allow_missing: bool = False,
+) -> tuple[str | None, bool]:
+    """(refusal or None, whether the claims select ``spec``'s journal), as the data plane decides."""
