@@ -516,10 +516,17 @@ def _next_steps(options: Options, processes: list[Process], journals: list[str],
     say(f"applied {len(journals)} journals from {options.journals}. Try:")
     say(f"  gazctl journals list -l topic=logs{flag}")
     if journal:
-        say(f"  echo hello | gazctl journals append -l name={journal}{flag}")
+        # JSON, as the journals' content type says (and the Spark section reads back).
+        say(
+            f"""  echo '{{"level":"info","msg":"hello"}}' | gazctl journals append"""
+            f" -l name={journal}{flag}"
+        )
         say(f"  gazctl journals read -l name={journal}{flag}")
         gw = by_name[BROKERS[0][0]].http  # Every broker's HTTP port serves the gateway.
-        say(f"  echo 'hello over http' | {curl} -X PUT --data-binary @- {gw}/{journal}")
+        say(
+            f"""  echo '{{"level":"warn","msg":"over http"}}' | {curl} -X PUT"""
+            f" --data-binary @- {gw}/{journal}"
+        )
         say(f"  {curl} '{gw}/{journal}?offset=0'")
     say(
         f"(`source {options.data / 'env'}` sets BROKER_ADDRESS for gazctl and GATEWAY for curl; "

@@ -57,3 +57,22 @@ def test_the_operator_deployment_passes_flags_the_operator_takes() -> None:
     assert {v for r in leases for v in r["verbs"]} == {"get", "create", "update"}
     named = next(r for r in leases if "get" in r["verbs"])
     assert named["resourceNames"] == [cfg.leader.name] == ["gazette-operator-default"]
+
+
+def test_each_shards_manifest_has_its_gazctl_twin() -> None:
+    from gazette.gazctl import shardspace
+
+    for example in ("word_count", "stream_sum"):
+        folder = EXAMPLES.parent / example
+        manifests = [
+            d for d in yaml.safe_load_all((folder / "shards.yaml").read_text("utf-8")) if d
+        ]
+        declared = {}
+        for doc in manifests:
+            _, _, spec = reconcile.declared(doc, reconcile.SHARDS, CONFIG)
+            declared[spec.id] = spec  # type: ignore[attr-defined]
+        twin = shardspace.push_down(
+            shardspace.load((folder / "shards.gazctl.yaml").read_text("utf-8"))
+        )
+        applied = {sh.spec.id: sh.spec for sh in twin.shards}
+        assert applied == declared, example
