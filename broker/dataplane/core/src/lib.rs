@@ -12,6 +12,7 @@ pub mod disk;
 pub mod flow;
 pub mod frontdoor;
 pub mod labels;
+pub mod pipeline;
 pub mod registry;
 pub mod spool;
 pub mod tls;
