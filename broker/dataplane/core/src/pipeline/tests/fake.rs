@@ -43,6 +43,8 @@ pub struct PeerState {
     pub spool: Arc<AsyncSpool>,
     pub script: Mutex<Option<Script>>,
     pub headers: Mutex<Vec<Header>>,
+    /// The `authorization` metadata of each stream opened (empty: none).
+    pub tokens: Mutex<Vec<String>>,
     /// Every proposal taken, with whether it asked for an answer.
     pub proposals: Mutex<Vec<(Fragment, bool)>>,
     /// While true, the peer applies nothing (its disk or its network hangs).
@@ -71,6 +73,7 @@ impl Peer {
             script: Mutex::new(None),
             headers: Mutex::new(Vec::new()),
             proposals: Mutex::new(Vec::new()),
+            tokens: Mutex::new(Vec::new()),
             held: watch::channel(false).0,
             deaf: watch::channel(false).0,
             stopped: watch::channel(false).0,
@@ -172,6 +175,9 @@ impl Journal for Service {
         &self,
         req: Request<Streaming<ReplicateRequest>>,
     ) -> Result<Response<Self::ReplicateStream>, Status> {
+        let token = req.metadata().get("authorization");
+        let token = token.map_or("", |t| t.to_str().unwrap()).to_owned();
+        self.0.tokens.lock().unwrap().push(token);
         let mut requests = req.into_inner();
         let (tx, rx) = mpsc::channel(16);
         let state = self.0.clone();
