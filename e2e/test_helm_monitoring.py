@@ -163,8 +163,13 @@ def test_prometheus_rule_is_off_by_default_and_needs_its_crd(helm_bin: pathlib.P
     assert _rule_objects(helm_bin, sets=on) == []  # No such CRD in the cluster.
 
 
-def _promtool() -> pathlib.Path | None:
-    """promtool from the tool cache, built first (as helm) when Go is here."""
+@pytest.fixture(scope="module")
+def promtool() -> pathlib.Path | None:
+    """promtool from the tool cache, built first (as helm) when Go is here.
+
+    A fixture, so that a cold build (minutes) is bounded by helm.BUILD_TIMEOUT, not by
+    the test's own timeout.
+    """
     if shutil.which("go") is None:
         return None
     proc = subprocess.run(
@@ -179,7 +184,7 @@ def _promtool() -> pathlib.Path | None:
 
 
 def test_prometheus_rule_alerts_on_exported_metrics_and_passes_promtool(
-    helm_bin: pathlib.Path, tmp_path: pathlib.Path
+    helm_bin: pathlib.Path, promtool: pathlib.Path | None, tmp_path: pathlib.Path
 ) -> None:
     sets = {
         "monitoring.prometheusRule.enabled": True,
@@ -210,7 +215,6 @@ def test_prometheus_rule_alerts_on_exported_metrics_and_passes_promtool(
 
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump({"groups": groups}), encoding="utf-8")
-    promtool = _promtool()
     if promtool is None:
         pytest.skip("no Go toolchain to build promtool (e2e/helm/build.sh promtool)")
     out = subprocess.run(
