@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Build Helm 3 (`helm`) from the helm.sh/helm/v3 module pinned in go.mod beside this
 # script, kwok (fake nodes for the tier-1 suite) from the sigs.k8s.io/kwok module
-# pinned in kwok/go.mod, and kind (the tier-2 suite's clusters) from the sigs.k8s.io/kind
-# module pinned in e2e/kind/go.mod, each once per version, and print the binaries' paths:
+# pinned in kwok/go.mod, kind (the tier-2 suite's clusters) from the sigs.k8s.io/kind
+# module pinned in e2e/kind/go.mod, and promtool (the chart's PrometheusRule check) from
+# the github.com/prometheus/prometheus module pinned in promtool/go.mod, each once per
+# version, and print the binaries' paths:
 #
 #   e2e/helm/build.sh [OUT_ROOT [TOOL...]]
 #
-# TOOLs are helm (the default), kwok and kind. OUT_ROOT defaults to the tool cache
+# TOOLs are helm (the default), kwok, kind and promtool. OUT_ROOT defaults to the tool cache
 # outside the checkout (`e2e/cache-root.sh`: $GAZETTE_CACHE, else ~/.cache/gazette); a tool
 # goes to OUT_ROOT/<tool>/<version>/<tool> and is not rebuilt when present. Modules
 # are pinned by `tool` directives (`go install pkg@version` is not used). helm's
@@ -40,8 +42,11 @@ for tool in "${tools[@]}"; do
       dir="$here/kwok"; module=sigs.k8s.io/kwok; pkg=sigs.k8s.io/kwok/cmd/kwok ;;
     kind)
       dir="$repo/e2e/kind"; module=sigs.k8s.io/kind; pkg=sigs.k8s.io/kind ;;
+    promtool)
+      dir="$here/promtool"; module=github.com/prometheus/prometheus
+      pkg=github.com/prometheus/prometheus/cmd/promtool ;;
     *)
-      echo "build.sh: unknown tool $tool (helm, kwok, kind)" >&2; exit 2 ;;
+      echo "build.sh: unknown tool $tool (helm, kwok, kind, promtool)" >&2; exit 2 ;;
   esac
   version="$(pinned "$dir" "$module")"
   if [[ -z "$version" ]]; then

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gazette.allocator import errors, keys, routes, testing
+from gazette.allocator import allocator, errors, keys, routes, testing
 from gazette.broker import protocol as pb
 
 ROOT = "/root"
@@ -67,6 +67,9 @@ def test_state_extraction() -> None:
     assert s.member_primary_count == [1, 1, 0, 0]
     assert s.is_leader() and not s.should_exit()
     assert s.find_item("item-2") == 1 and s.find_item("nope") == -1
+    # item-3 wants 3 and holds 1 live assignment (us-west/gone is no member): the
+    # gazette_allocator_items_under_replicated the chart's alert reads.
+    assert allocator.under_replicated(s) == 1
 
 
 def test_shed_capacity_oldest_exiting_first() -> None:

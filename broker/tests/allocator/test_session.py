@@ -18,6 +18,7 @@ import types
 from collections.abc import AsyncIterator
 
 import aetcd
+import prometheus_client
 import pytest
 
 from gazette import allocator, keyspace
@@ -174,6 +175,10 @@ class _FlakyEtcd:
         return types.SimpleNamespace(TTL=step)
 
 
+def _sample(name: str) -> float | None:
+    return prometheus_client.REGISTRY.get_sample_value(name)
+
+
 async def test_keep_alive_doubts_past_the_lease_and_recovers_when_etcd_answers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -185,6 +190,8 @@ async def test_keep_alive_doubts_past_the_lease_and_recovers_when_etcd_answers(
     doubts: list[float] = []
     health = announce.LeaseHealth(on_doubt=lambda: doubts.append(0))
     loop = asyncio.get_running_loop()
+    # What the chart's lease-doubt alert reads: one doubt counted, in doubt until it ends.
+    counted = _sample("gazette_allocator_lease_doubts_total")
     task = asyncio.ensure_future(
         announce.keep_alive(client, 7, 3, health=health)  # type: ignore[arg-type]
     )
@@ -194,8 +201,11 @@ async def test_keep_alive_doubts_past_the_lease_and_recovers_when_etcd_answers(
         await asyncio.sleep(3.5)  # Four failed refreshes, one second apart.
         assert doubts == [0] and not health.valid(loop.time())
         assert not task.done()  # Still trying: only etcd's word ends the lease.
+        assert _sample("gazette_allocator_lease_doubts_total") == (counted or 0) + 1
+        assert _sample("gazette_allocator_lease_in_doubt") == 1
         await asyncio.sleep(1.6)  # The fifth refresh, at 5 s, succeeds.
         assert health.valid(loop.time())
+        assert _sample("gazette_allocator_lease_in_doubt") == 0
     finally:
         task.cancel()
 

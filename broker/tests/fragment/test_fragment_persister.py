@@ -7,6 +7,7 @@ import datetime
 import gc
 from pathlib import Path
 
+import prometheus_client
 import pytest
 from fragment_helpers import JOURNAL, FixedClock, RecordingObserver, commit, proposal
 
@@ -274,17 +275,25 @@ async def test_failures_retry_and_stop_drains() -> None:
     p = make_persister(uploads, 3600, {JOURNAL: journal_spec("file:///s/")})
     primary_spool = await completed_spool([b"primary"])
     replica_spool = await completed_spool([b"replica!!"], primary=False)
+    # The persist backlog the chart's alert reads counts both until they are stored.
+    before = _pending_gauge()
     async with asyncio.TaskGroup() as tg:
         tg.create_task(p.serve())
         p.spool_complete(replica_spool, False)
         p.spool_complete(primary_spool, True)
         await asyncio.wait_for(uploads.changed.wait(), 5)
+        assert _pending_gauge() == before + 2
         # The primary upload failed and is retried; stop uploads the replica's at once
         # and returns only once both are stored.
         p.stop()
     assert sorted(b - a for a, b, _ in uploads.done) == [7, 9]
     assert uploads.attempts >= 3
     assert p.queued == 0
+    assert _pending_gauge() == before
+
+
+def _pending_gauge() -> float:
+    return prometheus_client.REGISTRY.get_sample_value("gazette_spool_persist_pending") or 0.0
 
 
 async def test_a_spool_completed_as_the_persister_is_cancelled_is_dropped_cleanly() -> None:

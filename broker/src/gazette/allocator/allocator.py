@@ -158,6 +158,7 @@ async def allocate(
                     metrics.members.set(len(state.members))
                     metrics.items.set(len(state.items))
                     metrics.desired_replication_slots.set(state.item_slots)
+                    metrics.under_replicated_items.set(under_replicated(state))
                     if on_round is not None:
                         res = on_round(rnd, t.revision == 0)
                         if inspect.isawaitable(res):
@@ -167,6 +168,25 @@ async def allocate(
             await ks.wait_for_revision(next_rev)
     finally:
         metrics.leader.set(0)
+        metrics.under_replicated_items.set(0)
+
+
+def under_replicated(state: State) -> int:
+    """Items of ``state`` with fewer assignments to live members than their desired replication.
+
+    Assignments to members gone from etcd don't count: they serve nothing until the
+    leader replaces them.
+    """
+    live = state.member_index
+
+    def held(i: int) -> int:
+        return sum(
+            1
+            for kv in state.assignments_of(i)
+            if (kv.decoded.member_zone, kv.decoded.member_suffix) in live
+        )
+
+    return sum(1 for i, kv in enumerate(state.items) if held(i) < kv.decoded.desired_replication)
 
 
 async def _solve(solver: Solver, state: State, last_hash: int | None) -> list[keys.Assignment]:

@@ -26,7 +26,7 @@ from typing import Any
 import aetcd
 import grpc
 
-from gazette.allocator import errors, txn
+from gazette.allocator import errors, metrics, txn
 from gazette.allocator.allocator import ObservedState, RoundHook, allocate
 from gazette.allocator.state import IsConsistentFn, always_consistent
 from gazette.keyspace import KeySpace
@@ -255,6 +255,8 @@ class LeaseHealth:
     def granted(self, valid_until: float) -> None:
         """A new lease, valid until ``valid_until``."""
         self._given_up = False
+        if self._failing:
+            metrics.lease_in_doubt.set(0)
         self._failing = False
         self.valid_until = valid_until
 
@@ -271,6 +273,8 @@ class LeaseHealth:
             log.warning("%s (will retry; lease may have expired: not serving as a member)", why)
         if not self._failing:
             self._failing = True
+            metrics.lease_doubts.inc()
+            metrics.lease_in_doubt.set(1)
             if self.on_doubt is not None:
                 self.on_doubt()
 
@@ -279,6 +283,7 @@ class LeaseHealth:
             return
         if self._failing:
             log.warning("lease keep-alive succeeded again")
+            metrics.lease_in_doubt.set(0)
         self._failing = False
         self.valid_until = valid_until
 

@@ -9,7 +9,9 @@ worked on), and each assignment the converge round adds, removes or packs
 (moves to a lower slot, promotion included).
 
 The others are ours, prefixed the same way: leader transactions by outcome,
-failed rounds, State extractions and whether this member leads.
+failed rounds, State extractions, whether this member leads, items with fewer
+assignments than they want (as the leader last saw them) and lease doubts (a
+keep-alive failing: the chart's alerts read these two).
 """
 
 from __future__ import annotations
@@ -74,4 +76,19 @@ state_extractions = prom.Counter(
 leader = prom.Gauge(
     "gazette_allocator_leader",
     "1 while this member leads the allocator (its member key is the oldest), else 0.",
+)
+
+under_replicated_items = prom.Gauge(
+    "gazette_allocator_items_under_replicated",
+    "Items (journals of brokers, shards of consumers) with fewer assignments than their desired"
+    " replication, in the State of the leader's last converge round (0 on other members).",
+)
+lease_doubts = prom.Counter(
+    "gazette_allocator_lease_doubts",
+    "Times this member's etcd lease keep-alive began failing (the member then doubts it still"
+    " holds its lease, and stores what it holds).",
+)
+lease_in_doubt = prom.Gauge(
+    "gazette_allocator_lease_in_doubt",
+    "1 while this member's lease keep-alives fail, else 0.",
 )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 
 import click
@@ -83,6 +84,22 @@ class _Lag:
             f"{j}:{head - read}" if isinstance(head, int) else f"{j}:<{head}>"
             for j, read, head in self.sources
         )
+
+    def as_json(self) -> dict[str, object]:
+        """The ``lag`` member a shard gets in ``-o json``: offsets as numbers, not words."""
+        if self.error:
+            return {"error": self.error}
+        sources: list[dict[str, object]] = []
+        total = 0
+        for j, read, head in self.sources:
+            if isinstance(head, int):
+                total += head - read
+                sources.append(
+                    {"journal": j, "read_through": read, "write_head": head, "lag": head - read}
+                )
+            else:
+                sources.append({"journal": j, "read_through": read, "error": head})
+        return {"sources": sources, "total": total}
 
     def comment(self) -> str:
         if self.error:
@@ -193,7 +210,8 @@ def _table(
     is_flag=True,
     help="Show the bytes each shard has yet to read of each source journal (its "
     "primary's committed read offset against the journal's write head): a Lag column, "
-    "or a comment per shard with -o yaml. Asks every selected shard's primary and "
+    "a comment per shard with -o yaml, a 'lag' member of each shard with -o json "
+    "(read_through, write_head and lag per source, and their total). Asks every selected shard's primary and "
     "every source's broker: narrow it with -l on many shards.",
 )
 @options.broker_options
@@ -219,13 +237,23 @@ def list_cmd(
       gazctl shards list -l app=word-count -o yaml > shards.yaml
     """
     sel = options.parse_selector(selector)
-    if lag and fmt == "json":
-        raise click.UsageError("--lag shows in the table and in -o yaml, not in -o json")
 
     async def go() -> None:
         resp = await _list(address, sel)
         lags = await _lags(address, broker, resp.shards) if lag else None
-        if fmt == "json":
+        if fmt == "json" and lags is not None:
+            # Gazette's -o json is the ListResponse alone; with --lag each shard gains a
+            # "lag" member beside its spec, route and status (outside the proto message:
+            # a parser of ListResponse must ignore unknown fields to read it back).
+            doc = json_format.MessageToDict(
+                resp,
+                preserving_proto_field_name=True,
+                always_print_fields_with_no_presence=True,
+            )
+            for listed, out in zip(resp.shards, doc.get("shards", []), strict=True):
+                out["lag"] = lags[listed.spec.id].as_json()
+            click.echo(json.dumps(doc, indent=2))
+        elif fmt == "json":
             click.echo(
                 json_format.MessageToJson(
                     resp,

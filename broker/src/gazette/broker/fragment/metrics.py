@@ -33,3 +33,8 @@ SPOOL_QUARANTINED_BYTES_TOTAL = prometheus_client.Counter(
     "gazette_spool_quarantined_bytes_total",
     "Total bytes of spool content never confirmed by every route member, kept out of the store.",
 )
+SPOOL_PERSIST_PENDING = prometheus_client.Gauge(
+    "gazette_spool_persist_pending",
+    "Completed spools not yet stored in their journal's fragment store (waiting, uploading or"
+    " retrying): the persist backlog the chart's alert watches.",
+)

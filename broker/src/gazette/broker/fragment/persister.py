@@ -147,6 +147,7 @@ class Persister:
         if sp.content_length == 0:
             return
         self._pending += 1
+        metrics.SPOOL_PERSIST_PENDING.inc()
         self._idle.clear()
         if self._tg is None:
             self._early.append((sp, primary, held))
@@ -159,6 +160,7 @@ class Persister:
             # being killed), which drops what is not stored, as a SIGKILL would.
             upload.close()
             self._pending -= 1
+            metrics.SPOOL_PERSIST_PENDING.dec()
             log.warning(
                 "persister stopped: fragment [%d, %d) of %s not stored here",
                 sp.begin,
@@ -221,6 +223,7 @@ class Persister:
                 backoff = min(backoff * 2, self.config.max_retry_interval)
         finally:
             self._pending -= 1
+            metrics.SPOOL_PERSIST_PENDING.dec()
             if not self._pending:
                 self._idle.set()
 
