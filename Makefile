@@ -109,7 +109,7 @@ system-packages: ## Install the Debian packages the tests need (FUSE, iproute2) 
 	  fi
 
 .PHONY: tools
-tools: system-packages $(VENV)/.installed ## Build, once, every tool the tests run (Kubernetes binaries, helm, kwok, kind, Go Gazette, the Go message/recovery-log/consumer programs, fake-gcs-server, Azurite) into the tool cache outside the checkout; prints each with its time.
+tools: system-packages $(VENV)/.installed ## Build, once, every tool the tests run (Kubernetes binaries, helm, kwok, kind, promtool, Go Gazette, the Go message/recovery-log/consumer programs, fake-gcs-server, Azurite) into the tool cache outside the checkout; prints each with its time.
 	@step() { name=$$1; shift; t0=$$(date +%s); echo "make tools: $$name ..."; \
 	    "$$@" >/dev/null || { echo "make tools: $$name FAILED after $$(( $$(date +%s) - t0 ))s"; return 1; }; \
 	    echo "make tools: $$name ready in $$(( $$(date +%s) - t0 ))s"; }; \
@@ -119,6 +119,7 @@ tools: system-packages $(VENV)/.installed ## Build, once, every tool the tests r
 	  command -v go >/dev/null || { echo "make tools: no go on PATH; the tests that need Go tools will say so"; exit 0; }; \
 	  step "kube-apiserver, kubectl, controller-manager, scheduler, etcd 3.6" e2e/apiserver/build.sh; \
 	  step "helm, kwok, kind" e2e/helm/build.sh "" helm kwok kind; \
+	  step "promtool (the chart's alert rules; ~13 min cold)" e2e/helm/build.sh "" promtool; \
 	  step "Go Gazette (brokers, gazctl, load generator)" broker/tests/interop/go/build.sh; \
 	  step "Go message program" consumer/tests/interop/go/build.sh gazette-msg; \
 	  step "Go recovery-log program" consumer/tests/interop/go/build.sh gazette-rlog; \
