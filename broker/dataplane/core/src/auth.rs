@@ -35,20 +35,10 @@ impl Gate {
 
     /// Ok if the request may go on; else the reason it is refused.
     pub fn check(&self, authorization: Option<&[u8]>) -> Result<(), String> {
-        let Some(value) = authorization else {
-            return if self.allow_missing {
-                Ok(())
-            } else {
-                Err("missing or empty Authorization token".into())
-            };
-        };
-        let value = std::str::from_utf8(value).unwrap_or("");
-        let Some(token) = value.strip_prefix(BEARER) else {
-            return Err("invalid or unsupported Authorization header (expected 'Bearer')".into());
-        };
-        self.verify(token)
-            .map(|_| ())
-            .map_err(|why| format!("verifying Authorization: {why}"))
+        match self.bearer(authorization)? {
+            None => Ok(()),
+            Some(token) => self.verify(token).map(|_| ()).map_err(verifying),
+        }
     }
 
     /// The claims of the request's token, checked against `now` (seconds since the
@@ -59,19 +49,30 @@ impl Gate {
         authorization: Option<&[u8]>,
         now: f64,
     ) -> Result<Option<crate::claims::Claims>, String> {
-        let Some(value) = authorization else {
-            return self.check(None).map(|()| None);
+        let Some(token) = self.bearer(authorization)? else {
+            return Ok(None);
         };
-        let value = std::str::from_utf8(value).unwrap_or("");
-        let Some(token) = value.strip_prefix(BEARER) else {
-            return self.check(Some(value.as_bytes())).map(|()| None);
-        };
-        let payload = self
-            .verify(token)
-            .map_err(|why| format!("verifying Authorization: {why}"))?;
+        let payload = self.verify(token).map_err(verifying)?;
         crate::claims::Claims::from_payload(&payload, now)
             .map(Some)
-            .map_err(|why| format!("verifying Authorization: {why}"))
+            .map_err(verifying)
+    }
+
+    /// The bearer token of an `authorization` header; None when there is none and
+    /// requests may go without one.
+    fn bearer<'v>(&self, authorization: Option<&'v [u8]>) -> Result<Option<&'v str>, String> {
+        let Some(value) = authorization else {
+            return if self.allow_missing {
+                Ok(None)
+            } else {
+                Err("missing or empty Authorization token".into())
+            };
+        };
+        let value = std::str::from_utf8(value).unwrap_or("");
+        match value.strip_prefix(BEARER) {
+            Some(token) => Ok(Some(token)),
+            None => Err("invalid or unsupported Authorization header (expected 'Bearer')".into()),
+        }
     }
 
     /// Checks `token`'s signature; returns its decoded payload.
@@ -123,6 +124,10 @@ impl Gate {
         }
         Err("token signature is invalid: signature is invalid".into())
     }
+}
+
+fn verifying(why: String) -> String {
+    format!("verifying Authorization: {why}")
 }
 
 /// Length of `header.payload`: what the signature covers.

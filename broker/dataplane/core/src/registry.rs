@@ -252,7 +252,7 @@ impl Registry {
         if min_revision > self.revision() {
             self.wait_for_revision(min_revision).await?;
         }
-        self.resolve_now(journal, query)
+        self.resolve_published(journal, query)
     }
 
     /// Resolves `journal` against what is published now, without waiting for a
@@ -261,6 +261,15 @@ impl Registry {
         if let Some(hdr) = query.proxy_header {
             self.check_proxy_header(hdr)?;
         }
+        self.resolve_published(journal, query)
+    }
+
+    /// Resolution proper, once the proxy header (if any) was checked.
+    fn resolve_published(
+        &self,
+        journal: &str,
+        query: Query<'_>,
+    ) -> Result<Resolution, ResolveError> {
         let name = strip_meta(journal);
         // A write lock only to create the journal's invalidation counter the first time.
         let invalidated = self.signal(name);
