@@ -11,6 +11,8 @@
 * ``start_operator``: runs ``python -m gazette.operator`` as a user would, for the
   test's namespaces and prefixes (and Gazette's etcd, unless told another), and waits
   until it is live; each serves its probes and metrics on a port of its own.
+* ``helm_bin``: helm from the tool cache (built once when Go is here), or the test
+  is skipped saying why.
 * ``chaos_reports``: where the chaos suite (``test_chaos.py``) leaves each
   scenario's :class:`chaos.report.Report`; the session ends with their table.
 """
@@ -29,6 +31,7 @@ import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+import helm
 import pytest
 from apiserver import kubeapi
 
@@ -36,6 +39,17 @@ from gazette import keyspace
 from gazette.keyspace import testing as etcd_testing
 
 _CHAOS_REPORTS = pytest.StashKey[list[Any]]()
+
+
+@pytest.fixture(scope="session")
+def helm_bin() -> pathlib.Path:
+    try:
+        return helm.binary()
+    except helm.HelmUnavailableError as e:
+        pytest.skip(str(e))
+    except subprocess.CalledProcessError as e:
+        pytest.fail(f"building helm failed: {e}")
+
 
 _unavailable: str | None = None
 _build_failure: str | None = None

@@ -10,7 +10,6 @@ from __future__ import annotations
 import filecmp
 import json
 import pathlib
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,16 +23,6 @@ from apiserver import kubeapi
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180, func_only=True)]
 
 PRODUCTION = helm.CHART / "values-production.yaml"
-
-
-@pytest.fixture(scope="session")
-def helm_bin() -> pathlib.Path:
-    try:
-        return helm.binary()
-    except helm.HelmUnavailableError as e:
-        pytest.skip(str(e))
-    except subprocess.CalledProcessError as e:
-        pytest.fail(f"building helm failed: {e}")
 
 
 def _by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:

@@ -45,16 +45,6 @@ ZONES = ("zone-a", "zone-b", "zone-c")
 
 
 @pytest.fixture(scope="module")
-def helm_bin() -> pathlib.Path:
-    try:
-        return helm.binary()
-    except helm.HelmUnavailableError as e:
-        pytest.skip(str(e))
-    except subprocess.CalledProcessError as e:
-        pytest.fail(f"building helm failed: {e}")
-
-
-@pytest.fixture(scope="module")
 def kind_bin() -> pathlib.Path:
     try:
         return kind.kind_binary()

@@ -53,14 +53,6 @@ _SUFFIXES = {
 }
 
 
-@pytest.fixture(scope="module")
-def helm_bin() -> pathlib.Path:
-    try:
-        return helm.binary()
-    except helm.HelmUnavailableError as e:
-        pytest.skip(str(e))
-
-
 def _families() -> Iterator[Metric]:
     import prometheus_client
 

@@ -41,16 +41,6 @@ NAMESPACE = "gazette-local"
 ZONES = ("zone-a", "zone-b", "zone-c")
 
 
-@pytest.fixture(scope="module")
-def helm_bin() -> pathlib.Path:
-    try:
-        return helm.binary()
-    except helm.HelmUnavailableError as e:
-        pytest.skip(str(e))
-    except subprocess.CalledProcessError as e:
-        pytest.fail(f"building helm failed: {e}")
-
-
 class Rendered:
     """The rendered release, with the cluster's DNS names of ``dns`` mapped to loopback."""
 

@@ -19,7 +19,6 @@ import asyncio
 import base64
 import json
 import pathlib
-import subprocess
 import time
 import urllib.parse
 from typing import Any
@@ -38,16 +37,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180, func_only=True)]
 
 EXAMPLE = kubeapi.REPO / "examples" / "k8s" / "journals.yaml"
 CHART_EXAMPLE = kubeapi.REPO / "examples" / "k8s" / "chart" / "journals.yaml"
-
-
-@pytest.fixture(scope="session")
-def helm_bin() -> pathlib.Path:
-    try:
-        return helm.binary()
-    except helm.HelmUnavailableError as e:
-        pytest.skip(str(e))
-    except subprocess.CalledProcessError as e:
-        pytest.fail(f"building helm failed: {e}")
 
 
 def _docs(path: pathlib.Path) -> list[dict[str, Any]]:

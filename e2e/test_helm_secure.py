@@ -17,7 +17,6 @@ import datetime
 import json
 import pathlib
 import secrets
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,16 +33,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180, func_only=True)]
 
 SECURE = [helm.CHART / "values-production.yaml", helm.CHART / "values-secure.yaml"]
 MONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"
-
-
-@pytest.fixture(scope="session")
-def helm_bin() -> pathlib.Path:
-    try:
-        return helm.binary()
-    except helm.HelmUnavailableError as e:
-        pytest.skip(str(e))
-    except subprocess.CalledProcessError as e:
-        pytest.fail(f"building helm failed: {e}")
 
 
 def _one(objects: list[dict[str, Any]], kind: str, suffix: str) -> dict[str, Any]:
