@@ -107,6 +107,31 @@ def test_batch_by_template_makes_hive_partitions(spark: Any, gz: Harness) -> Non
 
 
 @pytest.mark.integration
+def test_one_journal_for_every_row_and_the_save_mode(
+    spark: Any, gz: Harness, tmp_path: Path
+) -> None:
+    journal = "sink/one/all"
+    gz.create(journal, labels=JSON)
+    df = spark.createDataFrame([(i, f"n{i}") for i in range(20)], "id INT, name STRING")
+    df.repartition(2).write.format("gazette").mode("append").options(
+        **gz.options(journal=journal)
+    ).save()
+    assert sorted(r["id"] for r in lines(gz, journal)) == list(range(20))
+    assert set(lines(gz, journal)[0]) == {"id", "name"}
+
+    # Spark's default save mode (ErrorIfExists) and ignore: the error names the fix.
+    for writer in (df.write, df.write.mode("ignore")):
+        with pytest.raises(options.OptionError, match=r'\.mode\("append"\)') as info:
+            writer.format("gazette").options(**gz.options(journal=journal)).save()
+        assert info.value.option == "mode"
+    assert len(lines(gz, journal)) == 20
+    # Other sources' errors pass through untouched.
+    with pytest.raises(Exception, match="PATH_ALREADY_EXISTS") as other:
+        df.write.format("parquet").save(str(tmp_path))
+    assert not isinstance(other.value, options.OptionError)
+
+
+@pytest.mark.integration
 def test_missing_journal_and_bad_options_are_clear_errors(spark: Any, gz: Harness) -> None:
     gz.create("sink/errors/ok", labels=JSON)
 
@@ -124,7 +149,7 @@ def test_missing_journal_and_bad_options_are_clear_errors(spark: Any, gz: Harnes
     assert "creates no journals" in message
     assert gz.read("sink/errors/ok") == b""
 
-    assert "exactly one of option journal_column" in error(df)
+    assert "exactly one of option journal (one journal" in error(df)
     assert "not both" in error(df, journal_column="j", journal="x/{j}")
     assert "option journal_column: no column 'jj'" in error(df, journal_column="jj")
     assert "column 'id' is int, not a string" in error(df, journal_column="id")
@@ -248,7 +273,7 @@ def test_registers_make_a_task_append_at_most_once(gz: Harness) -> None:
 def test_sink_options_unit() -> None:
     with pytest.raises(options.OptionError, match="exactly one of") as info:
         sink.SinkOptions.parse({"broker": "http://x"})
-    assert info.value.option == "journal_column"
+    assert info.value.option == "journal"
     schema = st.StructType(
         [st.StructField("date", st.DateType()), st.StructField("n", st.IntegerType())]
     )
@@ -260,6 +285,10 @@ def test_sink_options_unit() -> None:
     )
     with pytest.raises(options.OptionError, match="column 'n' is null"):
         router.journal({"date": datetime.date(2026, 11, 23), "n": None})
+    # A journal without fields is one journal for every row, as the Kafka sink's topic.
+    one = sink.JournalRouter(sink.SinkOptions.parse({"journal": "ev/all"}), schema)
+    assert one.journal({"date": None, "n": 1}) == "ev/all"
+    assert one.columns == ["date", "n"]
     with pytest.raises(options.OptionError, match="bad template"):
         sink.JournalRouter(sink.SinkOptions.parse({"journal": "ev/{date"}), schema)
     assert sink.encode_row({"b": b"\x00\x01", "m": {"k": 1}, "x": None}) == (

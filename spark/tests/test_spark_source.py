@@ -185,6 +185,38 @@ def test_filters_prune_journals_and_fragments(
     n, seen = run("date = '2030-01-01'", "nothing")
     assert (n, seen) == (0, [])
 
+    # An _offset set keeps exactly its rows (the reader filters them; Spark doesn't again).
+    picked = [offsets[0], offsets[2]]
+    n, seen = run(f"_offset IN ({picked[0]}, {picked[1]}, 3)", "offset-set")
+    wanted = {*picked, 3}
+    assert n == sum(len(wanted & set(line_offsets(c))) for c in hive.values()) >= 2
+
+
+@pytest.mark.integration
+def test_explain_lists_the_filters_the_reader_applies(
+    spark: Any, gz: Harness, hive: dict[str, bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    df = load(spark, gz.options(selector="suite=hive", labels="region")).where(
+        "region = 'eu' AND _offset >= 100 AND value LIKE 'line-001%'"
+    )
+    # Spark's Python scans list pushed filters in the scan's details (explain's
+    # "formatted" mode); the default mode shows them gone from the Filter above the scan.
+    df.explain(mode="formatted")
+    plan = capsys.readouterr().out
+    assert "PushedFilters: [" in plan, plan
+    pushed = plan[plan.index("PushedFilters: [") :].split("]")[0]
+    assert "EqualTo(region,eu)" in pushed
+    assert "GreaterThanOrEqual(_offset,100)" in pushed
+    assert "value" not in pushed  # A payload filter stays Spark's.
+    expected = sum(
+        1
+        for j, content in hive.items()
+        if HIVE[j] == "eu"
+        for o, line in zip(line_offsets(content), content.splitlines(), strict=True)
+        if o >= 100 and line.startswith(b"line-001")
+    )
+    assert df.count() == expected > 0
+
 
 @pytest.mark.integration
 def test_live_tail_while_appends_continue(spark: Any, gz: Harness, tmp_path: Path) -> None:
@@ -402,6 +434,49 @@ def test_constant_column_filters_prune_only_what_cannot_match() -> None:
     assert reader._pushed_names([ds.In(("_journal",), ("b", "a"))]) == ["a", "b"]
 
 
+def test_filters_applied_exactly_are_those_on_constant_columns_and_offsets() -> None:
+    schema = st.StructType(
+        [
+            st.StructField("n", st.LongType()),
+            st.StructField("_journal", st.StringType()),
+            st.StructField("_offset", st.LongType()),
+            st.StructField("date", st.StringType()),
+            st.StructField("region", st.StringType()),
+        ]
+    )
+
+    def journal(name: str) -> reader.Journal:
+        return reader.Journal(
+            name, True, pb.NONE, (), tuple(reader.hive_segments(name)), (("region", None),)
+        )
+
+    both = [journal("a/date=1"), journal("a/date=2")]
+    exact = [
+        ds.EqualTo(("_journal",), "a/date=1"),
+        ds.In(("date",), ("1", "2")),
+        ds.IsNull(("region",)),
+        ds.StringStartsWith(("_journal",), "a/"),
+        ds.GreaterThan(("_offset",), 10),
+        ds.In(("_offset",), (1, 2)),
+    ]
+    for f in exact:
+        assert reader._applies_exactly(f, schema, both), f
+    not_exact = [
+        ds.EqualTo(("n",), 1),  # A payload field.
+        ds.EqualTo(("date",), 1),  # Not a string.
+        ds.Not(ds.EqualTo(("date",), "1")),
+        ds.In(("_offset",), (1, "2")),
+        ds.StringStartsWith(("_offset",), "1"),
+        ds.EqualTo(("_offset",), True),
+    ]
+    for f in not_exact:
+        assert not reader._applies_exactly(f, schema, both), f
+    # A segment one journal's name lacks is a payload field there: Spark checks it.
+    assert not reader._applies_exactly(
+        ds.EqualTo(("date",), "1"), schema, [*both, journal("a/other")]
+    )
+
+
 def test_offset_filters_become_a_range() -> None:
     r = reader._offset_range(
         [ds.GreaterThanOrEqual(("_offset",), 100), ds.LessThan(("_offset",), 200)]
@@ -412,6 +487,9 @@ def test_offset_filters_become_a_range() -> None:
         True,
         False,
     )
+    batch = pa.record_batch({"_offset": pa.array([99, 100, 150, 200], pa.int64())})
+    assert r.restricts() and not reader._OffsetRange().restricts()
+    assert [b.column(0).to_pylist() for b in r.filter([batch])] == [[100, 150]]
     r = reader._offset_range([ds.In(("_offset",), (5, 500))])
     assert (r.overlaps(0, 5), r.overlaps(0, 6), r.overlaps(6, 500), r.overlaps(500, 501)) == (
         False,

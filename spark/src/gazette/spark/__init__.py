@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gazette.spark.datasource import GazetteDataSource
+from gazette.spark.datasource import GazetteDataSource, explain_save_modes
 from gazette.spark.lake import LakePaths, UnreadableByHadoopWarning, lake_paths
 from gazette.spark.options import (
     BrokerUnavailableError,
@@ -82,6 +82,11 @@ FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
 def register(spark: Any) -> None:
-    """Register the ``gazette`` format with ``spark`` (a SparkSession), filter pushdown on."""
+    """Register the ``gazette`` format with ``spark`` (a SparkSession), filter pushdown on.
+
+    Also makes a ``df.write`` of the format without ``.mode("append")`` fail with an
+    error saying so (:func:`gazette.spark.datasource.explain_save_modes`).
+    """
     spark.dataSource.register(GazetteDataSource)
+    explain_save_modes()
     spark.conf.set(FILTER_PUSHDOWN_CONF, "true")

@@ -423,6 +423,22 @@ class _OffsetRange:
             return any(begin <= v < end for v in self.values)
         return True
 
+    def restricts(self) -> bool:
+        """Whether some offset fails the range."""
+        return self.lo > 0 or self.hi < (1 << 63) - 1 or self.values is not None
+
+    def filter(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The rows of ``batches`` whose ``_offset`` is in the range (vectorised)."""
+        allowed = None if self.values is None else pa.array(sorted(self.values), pa.int64())
+        for batch in batches:
+            offset = batch.column(OFFSET_COLUMN)
+            mask = pc.and_(pc.greater_equal(offset, self.lo), pc.less_equal(offset, self.hi))
+            if allowed is not None:
+                mask = pc.and_(mask, pc.is_in(offset, value_set=allowed))
+            kept = batch.filter(mask)
+            if kept.num_rows:
+                yield kept
+
 
 def _offset_range(filters: Iterable[ds.Filter]) -> _OffsetRange:
     lo, hi, values = 0, (1 << 63) - 1, None
@@ -508,6 +524,61 @@ def _pushed_names(filters: Iterable[ds.Filter]) -> list[str]:
     return []
 
 
+#: Filters applied exactly to a journal's constant (string) columns.
+_CONSTANT_FILTERS = (
+    ds.EqualTo,
+    ds.EqualNullSafe,
+    ds.GreaterThan,
+    ds.GreaterThanOrEqual,
+    ds.LessThan,
+    ds.LessThanOrEqual,
+    ds.StringStartsWith,
+    ds.StringEndsWith,
+    ds.StringContains,
+)
+#: Filters applied exactly to ``_offset`` (an integer bound or set).
+_OFFSET_FILTERS = (
+    ds.EqualTo,
+    ds.EqualNullSafe,
+    ds.GreaterThan,
+    ds.GreaterThanOrEqual,
+    ds.LessThan,
+    ds.LessThanOrEqual,
+)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _applies_exactly(f: ds.Filter, schema: st.StructType, journals: Sequence[Journal]) -> bool:
+    """Whether the reader applies ``f`` itself, so Spark need not check it again.
+
+    Two kinds: a comparison of a string column that is constant in every
+    journal read (``_journal``, a Hive segment every name has, a requested
+    label), decided per journal by :func:`_eval` (which answers these exactly,
+    SQL nulls included); and an integer bound or set on ``_offset``, whose rows
+    :class:`_OffsetRange` filters. Anything else goes back to Spark.
+    """
+    attr: tuple[str, ...] = getattr(f, "attribute", ())
+    if len(attr) != 1 or attr[0] not in schema.names:
+        return False
+    name = attr[0]
+    if name == OFFSET_COLUMN:
+        if isinstance(f, ds.In):
+            return bool(f.value) and all(_is_int(v) for v in f.value)
+        return isinstance(f, _OFFSET_FILTERS) and _is_int(getattr(f, "value", None))
+    if not isinstance(schema[name].dataType, st.StringType):
+        return False
+    if not all(name in j.constants() for j in journals):
+        return False
+    if isinstance(f, ds.IsNull | ds.IsNotNull):
+        return True
+    if isinstance(f, ds.In):
+        return all(isinstance(v, str) for v in f.value)
+    return isinstance(f, _CONSTANT_FILTERS) and isinstance(getattr(f, "value", None), str)
+
+
 class GazetteReader(ds.DataSourceReader):
     """Plans a batch read (one partition per fragment) and reads partitions as Arrow batches."""
 
@@ -515,15 +586,29 @@ class GazetteReader(ds.DataSourceReader):
         self.opts = opts
         self.schema = schema
         self.filters: list[ds.Filter] = []
+        #: Rows of a partition pass this ``_offset`` range (from filters Spark won't re-check).
+        self.offsets = _OffsetRange()
+        self._journals: list[Journal] | None = None
 
     def pushFilters(self, filters: list[ds.Filter]) -> Iterable[ds.Filter]:
-        """Keep filters on constant columns and ``_offset`` to prune with; Spark re-checks all."""
+        """Prune with every filter; return those not applied exactly, for Spark to check.
+
+        The ones kept show in ``df.explain()`` as ``PushedFilters``. Journals are
+        listed here, once, as whether a column is constant depends on them.
+        """
         self.filters = list(filters)
-        return filters
+        self._journals = list_journals(self.opts, names=_pushed_names(self.filters))
+        exact = [f for f in filters if _applies_exactly(f, self.schema, self._journals)]
+        self.offsets = _offset_range(
+            f for f in exact if getattr(f, "attribute", ()) == (OFFSET_COLUMN,)
+        )
+        return [f for f in filters if not any(f is e for e in exact)]
 
     def partitions(self) -> list[ds.InputPartition]:
         opts = self.opts
-        journals = list_journals(opts, names=_pushed_names(self.filters))
+        journals = self._journals
+        if journals is None:
+            journals = list_journals(opts, names=_pushed_names(self.filters))
         journals = [
             j for j in journals if not any(_eval(f, j.constants()) is False for f in self.filters)
         ]
@@ -554,7 +639,8 @@ class GazetteReader(ds.DataSourceReader):
     def read(self, partition: ds.InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, GazettePartition):
             return iter(())  # Spark's single empty partition, when nothing matched.
-        return _read_partition(self.opts, self.schema, partition)
+        batches = _read_partition(self.opts, self.schema, partition)
+        return self.offsets.filter(batches) if self.offsets.restricts() else batches
 
 
 def readable(opts: options.SourceOptions, journal: Journal, piece: Piece) -> Piece:

@@ -6,8 +6,16 @@ objects) appended to the journal that the row names:
 
 - option ``journal_column``: a string column holding the journal's name (the
   column itself is not written); or
-- option ``journal``: a template over columns, ``events/date={date}/part={part:03d}``
-  (Python ``str.format`` fields; every field must be a column).
+- option ``journal``: one journal for every row (``events/all``, as the Kafka
+  sink's ``topic``), or a template over columns,
+  ``events/date={date}/part={part:03d}`` (Python ``str.format`` fields; every
+  field must be a column).
+
+Journals are append-only, so the save mode must be ``append``:
+``df.write.format("gazette").mode("append")``. Spark refuses its default
+mode (``ErrorIfExists``) for the source before any of this package runs;
+:func:`gazette.spark.register` turns that refusal into an error naming
+``.mode("append")``.
 
 Nothing is created implicitly: every journal a task would write must exist
 (and must not have another ``content-type`` than JSON lines) before the task
@@ -135,7 +143,7 @@ class SinkOptions:
     source: options.SourceOptions
     #: Column holding each row's journal name ("" when ``journal`` is given).
     journal_column: str = ""
-    #: Template of each row's journal name over its columns ("" with ``journal_column``).
+    #: Every row's journal, or a template of it over columns ("" with ``journal_column``).
     journal: str = ""
     #: Seconds one append may take, retries on an unavailable broker included.
     append_timeout: float = _APPEND_TIMEOUT
@@ -148,10 +156,11 @@ class SinkOptions:
         template = source.extra_option("journal").strip()
         if bool(column) == bool(template):
             raise options.OptionError(
-                "journal" if template else "journal_column",
-                "the gazette sink needs exactly one of option journal_column (a column "
-                "naming each row's journal) and option journal (a template such as "
-                "'events/date={date}')" + (", not both" if column else ""),
+                "journal",
+                "the gazette sink needs exactly one of option journal (one journal such as "
+                "'events/all', or a template such as 'events/date={date}') and option "
+                "journal_column (a column naming each row's journal)"
+                + (", not both" if column else ""),
             )
         text = source.extra_option("append_timeout", str(_APPEND_TIMEOUT))
         try:
@@ -196,14 +205,8 @@ class JournalRouter:
                 raise options.OptionError(
                     "journal", f"option journal: bad template {self.template!r}: {e}"
                 ) from e
+            # No field: one constant journal for every row.
             fields = [f for _, f, _, _ in self.parts if f is not None]
-            if not fields:
-                raise options.OptionError(
-                    "journal",
-                    f"option journal: template {self.template!r} names no column; "
-                    "write to one journal with e.g. 'events/all' via a constant column "
-                    "and journal_column, or use fields such as 'events/date={date}'",
-                )
             for f in fields:
                 if f not in names:
                     raise options.OptionError(
