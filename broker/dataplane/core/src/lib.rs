@@ -14,6 +14,9 @@ pub mod frontdoor;
 pub mod labels;
 pub mod pipeline;
 pub mod registry;
+pub mod replica;
+pub mod replicate;
+pub mod service;
 pub mod spool;
 pub mod tls;
 

@@ -1,0 +1,669 @@
+//! Local replicas of assigned journals: the replica half of the Python
+//! `gazette.broker.server.replica` (after Gazette's `broker/replica.go`).
+//!
+//! A [`Replica`] is this broker's runtime state of one journal assigned to it. It
+//! owns the journal's spool behind an exclusive *slot*: one Replicate stream (or,
+//! on the primary, one pipeline) holds it at a time ([`Replica::hold_spool`]) and
+//! gives it back rolled back to its last commit ([`Replica::return_spool`]).
+//!
+//! It also decides what becomes of each fragment the spool completes, which is
+//! where the partition rules live ([`Keeper`]): a completed fragment whose every
+//! byte the route confirmed goes to the persister, but one with a tail committed
+//! here and never confirmed is *held* until a synchronised pipeline says whether
+//! the journal went on from it ([`Replica::settle_held`]). Only content the journal
+//! kept is ever stored whole; the rest is stored through its confirmed end and the
+//! tail quarantined by the persister.
+//!
+//! While it lives, a flush daemon rolls the spool to an empty fragment when asked
+//! ([`Replica::request_flush`]: a Replicate stream broke, the route changed), which
+//! hands its committed content to the persister at once. On [`Replica::stop`] it
+//! rolls the spool one last time, releases what it held and, on a primary, records
+//! where the journal goes on ([`ReplicaHost::checkpoint_head`]).
+//!
+//! [`ReplicaSet`] keeps one replica per journal assigned to this broker.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify, OwnedMutexGuard};
+
+use crate::disk::AsyncSpool;
+use crate::protocol::{process_spec, Fragment, LabelSet, ReplicateRequest};
+use crate::spool::files::SpoolFile;
+use crate::spool::{LocalFragment, Spool, SpoolConfig, SpoolObserver};
+
+/// How long a held tail that the route went on from without this broker's word
+/// waits before a store listing decides it: time for the members that did confirm
+/// it to store it (the persister's replica delay is 2 s).
+pub const DOUBT_DELAY: Duration = Duration::from_secs(5);
+
+/// How long a stopping primary waits to record where its journal goes on.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A boxed future, as the host's async methods return.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// What a replica needs of its broker: the persister, the fragment index, store
+/// listings and etcd, all Python's.
+pub trait ReplicaHost: Send + Sync + 'static {
+    /// The spool's fragment grew: the journal's index serves reads of it.
+    fn spool_commit(&self, journal: &str, fragment: LocalFragment);
+
+    /// A completed fragment for the persister. `at_once`: store it now rather than
+    /// after the replica delay. `held`: its unconfirmed tail is held back, so only
+    /// the confirmed part is stored now; the same fragment comes again, decided.
+    /// Otherwise what lies past `confirmed_end` is quarantined, never stored.
+    fn spool_complete(&self, journal: &str, completed: Completed, at_once: bool, held: bool);
+
+    /// Whether the journal's stores hold `[begin, end)`, by a listing started after
+    /// this call (one that fails is retried: a store outage keeps the answer back).
+    fn listing_covers(&self, journal: &str, begin: i64, end: i64) -> BoxFuture<bool>;
+
+    /// Records that the journal goes on at `offset` (a primary stopping).
+    fn checkpoint_head(&self, journal: &str, offset: i64) -> BoxFuture<Result<(), String>>;
+}
+
+/// A fragment a spool completed, as the persister takes it.
+#[derive(Clone, Debug)]
+pub struct Completed {
+    /// The fragment and its spool file.
+    pub fragment: LocalFragment,
+    /// The primary's compressed copy and its length, when it made one.
+    pub compressed: Option<(Arc<SpoolFile>, u64)>,
+    /// Through where the route is known to hold it (see [`Spool::confirm`]).
+    pub confirmed_end: i64,
+    /// Whether the journal went on exactly at its end.
+    pub continued: bool,
+}
+
+impl Completed {
+    fn of(sp: &Spool) -> Completed {
+        Completed {
+            fragment: sp.fragment(),
+            compressed: sp.compressed().map(|(f, n)| (f.clone(), n)),
+            confirmed_end: sp.confirmed_end(),
+            continued: sp.continued(),
+        }
+    }
+    pub fn begin(&self) -> i64 {
+        self.fragment.spec.begin
+    }
+    pub fn end(&self) -> i64 {
+        self.fragment.spec.end
+    }
+    /// Whether every byte of it is known to be the journal's.
+    pub fn confirmed(&self) -> bool {
+        self.confirmed_end >= self.end()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The spool's observer: hands commits to the index and decides completed fragments.
+pub struct Keeper {
+    journal: String,
+    host: Arc<dyn ReplicaHost>,
+    config: Arc<SpoolConfig>,
+    doubt_delay: Duration,
+    // >0 while completed fragments are stored at once (see storing_at_once).
+    at_once: AtomicUsize,
+    state: Mutex<Held>,
+    next_doubt: AtomicU64,
+}
+
+#[derive(Default)]
+struct Held {
+    // Completed fragments with a tail no route confirmed yet, oldest first.
+    held: Vec<Completed>,
+    // Held fragments a store listing is to decide, each with its deciding task.
+    doubtful: Vec<(u64, Completed, tokio::task::AbortHandle)>,
+}
+
+impl SpoolObserver for Keeper {
+    fn spool_commit(&self, fragment: LocalFragment) {
+        self.host.spool_commit(&self.journal, fragment);
+    }
+
+    fn spool_complete(&self, spool: Spool, primary: bool) {
+        let at_once = primary || self.at_once.load(Ordering::Acquire) > 0;
+        let completed = Completed::of(&spool);
+        if completed.confirmed() || !completed.continued {
+            // All of it is the journal's; or the journal went on from a later offset,
+            // so its unconfirmed tail never will be.
+            self.host
+                .spool_complete(&self.journal, completed, at_once, false);
+            return;
+        }
+        // The tail was committed here but no route confirmed it yet. The route may go
+        // on from its end (adopt), or it may not: keep it until a synchronised
+        // pipeline tells (settle_held), storing the confirmed part now.
+        tracing::info!(
+            "journal {}: holding [{}, {}) until its route confirms it",
+            self.journal,
+            completed.confirmed_end,
+            completed.end()
+        );
+        lock(&self.state).held.push(completed.clone());
+        self.host
+            .spool_complete(&self.journal, completed, at_once, true);
+    }
+}
+
+/// While alive, fragments the spool completes are stored at once (see
+/// [`Replica::storing_at_once`]).
+pub struct StoringAtOnce(Arc<Keeper>);
+
+impl Drop for StoringAtOnce {
+    fn drop(&mut self) {
+        self.0.at_once.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Keeper {
+    fn settle_held(self: &Arc<Self>, mut head: i64, adopt: bool) {
+        let held = std::mem::take(&mut lock(&self.state).held);
+        for c in held.into_iter().rev() {
+            if c.end() != head {
+                // Not content the route went on from (-1, from release_held, is
+                // nobody's end): its confirmed part is stored, the rest quarantined.
+                self.host.spool_complete(&self.journal, c, true, false);
+                continue;
+            }
+            head = c.begin();
+            if adopt {
+                self.adopt(c, "confirmed by a synchronised pipeline");
+                continue;
+            }
+            tracing::info!(
+                "journal {}: the route went on from the end of held [{}, {}) without this \
+                 broker's word; it is stored in {:?} unless a store holds it by then",
+                self.journal,
+                c.confirmed_end,
+                c.end(),
+                self.doubt_delay
+            );
+            let id = self.next_doubt.fetch_add(1, Ordering::Relaxed);
+            let keeper = self.clone();
+            let mut state = lock(&self.state);
+            let decide = tokio::spawn(keeper.decide_doubtful(id));
+            state.doubtful.push((id, c, decide.abort_handle()));
+        }
+    }
+
+    /// Stores held fragment `id` whole unless a fresh store listing covers its tail:
+    /// the route went on from its end, either from our copy (nobody stored it: ours
+    /// must be, or the journal keeps a hole that stalls every reader) or from other
+    /// content ending at the same offset (its members stored it: ours must not be).
+    async fn decide_doubtful(self: Arc<Self>, id: u64) {
+        tokio::time::sleep(self.doubt_delay).await;
+        let Some(range) = self.doubtful_range(id) else {
+            return;
+        };
+        let covered = self
+            .host
+            .listing_covers(&self.journal, range.0, range.1)
+            .await;
+        let taken = {
+            let mut state = lock(&self.state);
+            let at = state.doubtful.iter().position(|(i, ..)| *i == id);
+            at.map(|at| state.doubtful.remove(at).1)
+        };
+        let Some(c) = taken else {
+            return; // Released meanwhile (release_held decided it).
+        };
+        if covered {
+            tracing::warn!(
+                "journal {}: [{}, {}) held here is stored from another member; this copy is not",
+                self.journal,
+                c.confirmed_end,
+                c.end()
+            );
+            self.host.spool_complete(&self.journal, c, true, false);
+        } else {
+            self.adopt(
+                c,
+                "is stored: the route went on from its end and no store held it",
+            );
+        }
+    }
+
+    fn doubtful_range(&self, id: u64) -> Option<(i64, i64)> {
+        let state = lock(&self.state);
+        let (_, c, _) = state.doubtful.iter().find(|(i, ..)| *i == id)?;
+        Some((c.begin().max(c.confirmed_end), c.end()))
+    }
+
+    fn adopt(&self, mut c: Completed, why: &str) {
+        tracing::info!(
+            "journal {}: [{}, {}) {why}",
+            self.journal,
+            c.begin(),
+            c.end()
+        );
+        c.confirmed_end = c.end();
+        // A crash before it is stored must not quarantine it: record it, in order
+        // behind the content writes queued to the same disk.
+        if let Some(file) = c.fragment.file.clone().filter(|f| f.is_recoverable()) {
+            let (end, sync) = (c.confirmed_end, self.config.sync);
+            let worker = self
+                .config
+                .workers
+                .for_directory(self.config.directory.as_deref());
+            worker.post(move || file.record_confirmed(end, sync).map(drop));
+        }
+        self.host.spool_complete(&self.journal, c, true, false);
+    }
+
+    fn release_held(self: &Arc<Self>) {
+        self.settle_held(-1, false);
+        let doubtful = std::mem::take(&mut lock(&self.state).doubtful);
+        for (_, c, decide) in doubtful {
+            decide.abort();
+            self.host.spool_complete(&self.journal, c, true, false);
+        }
+    }
+
+    fn lowest_confirmed_end(&self) -> Option<i64> {
+        let state = lock(&self.state);
+        let held = state.held.iter().map(|c| c.confirmed_end);
+        let doubtful = state.doubtful.iter().map(|(_, c, _)| c.confirmed_end);
+        held.chain(doubtful).min()
+    }
+}
+
+/// The slot of a replica's spool, as its holder has it: the spool stays this
+/// holder's until [`Replica::return_spool`] (dropping it gives it back as it is).
+pub type HeldSpool = OwnedMutexGuard<Arc<AsyncSpool>>;
+
+/// How a replica is made; shared by every replica of a broker.
+#[derive(Clone)]
+pub struct ReplicaConfig {
+    pub spool: Arc<SpoolConfig>,
+    pub doubt_delay: Duration,
+}
+
+impl Default for ReplicaConfig {
+    fn default() -> Self {
+        ReplicaConfig {
+            spool: Arc::default(),
+            doubt_delay: DOUBT_DELAY,
+        }
+    }
+}
+
+/// Runtime state of one locally assigned journal; see the module documentation.
+pub struct Replica {
+    journal: String,
+    primary: AtomicBool,
+    create_revision: i64,
+    lease: i64,
+    host: Arc<dyn ReplicaHost>,
+    keeper: Arc<Keeper>,
+    slot: Arc<tokio::sync::Mutex<Arc<AsyncSpool>>>,
+    flush: Notify,
+    stopping: watch::Sender<bool>,
+    // The slot, kept by shutdown so that nothing holds the spool again.
+    retired: Mutex<Option<HeldSpool>>,
+}
+
+impl fmt::Debug for Replica {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Replica({}, primary={})",
+            self.journal,
+            self.is_primary()
+        )
+    }
+}
+
+impl Replica {
+    /// A replica of `journal` with an empty spool at offset 0. Run it with
+    /// [`serve`](Self::serve).
+    pub fn new(
+        journal: &str,
+        primary: bool,
+        create_revision: i64,
+        lease: i64,
+        host: Arc<dyn ReplicaHost>,
+        config: &ReplicaConfig,
+    ) -> Arc<Replica> {
+        let keeper = Arc::new(Keeper {
+            journal: journal.to_owned(),
+            host: host.clone(),
+            config: config.spool.clone(),
+            doubt_delay: config.doubt_delay,
+            at_once: AtomicUsize::new(0),
+            state: Mutex::default(),
+            next_doubt: AtomicU64::new(0),
+        });
+        let spool = Spool::new(journal, keeper.clone(), config.spool.clone());
+        Arc::new(Replica {
+            journal: journal.to_owned(),
+            primary: AtomicBool::new(primary),
+            create_revision,
+            lease,
+            host,
+            keeper,
+            slot: Arc::new(tokio::sync::Mutex::new(Arc::new(AsyncSpool::new(spool)))),
+            flush: Notify::new(),
+            stopping: watch::Sender::new(false),
+            retired: Mutex::new(None),
+        })
+    }
+
+    pub fn journal(&self) -> &str {
+        &self.journal
+    }
+    pub fn is_primary(&self) -> bool {
+        self.primary.load(Ordering::Acquire)
+    }
+    pub fn create_revision(&self) -> i64 {
+        self.create_revision
+    }
+    /// The etcd lease of this broker's assignment when the replica was made.
+    pub fn lease(&self) -> i64 {
+        self.lease
+    }
+
+    /// Takes the spool's slot, waiting while another stream or pipeline holds it.
+    /// Callers race this against their resolution's invalidation and
+    /// [`stopped`](Self::stopped): a stopped replica never gives its spool out again.
+    pub async fn hold_spool(&self) -> HeldSpool {
+        self.slot.clone().lock_owned().await
+    }
+
+    /// Gives back a spool a Replicate stream held, rolling back uncommitted content.
+    /// `broken`: the stream ended without the primary's EOF (it died or was cut off),
+    /// so what this replica committed may exist nowhere else: it is stored at once.
+    pub async fn return_spool(&self, held: HeldSpool, broken: bool) {
+        let rollback = ReplicateRequest {
+            proposal: Some(held.spec()),
+            registers: Some(held.registers()),
+            ..ReplicateRequest::default()
+        };
+        held.must_apply(&rollback).await;
+        drop(held);
+        if broken {
+            self.request_flush();
+        }
+    }
+
+    /// Fragments the spool completes while the guard lives are stored at once, as a
+    /// primary's are: for rolls that happen because other holders of the content
+    /// may be failing (a flush; a pipeline's synchronisation, which may roll this
+    /// replica past a block only some members committed, and if this replica dies
+    /// within the persister's replica delay, the journal would keep a hole).
+    pub fn storing_at_once(&self) -> StoringAtOnce {
+        self.keeper.at_once.fetch_add(1, Ordering::AcqRel);
+        StoringAtOnce(self.keeper.clone())
+    }
+
+    /// A pipeline synchronised at `head`: decide the fragments held back.
+    ///
+    /// Held fragments that chain back from `head` are content the route went on
+    /// from. With `adopt`, it went on from ours (we are its primary, or told the
+    /// primary our end): they are the journal's and stored whole. Without, the
+    /// primary had that end from elsewhere: from another holder of the same content,
+    /// or from other content ending at the same offset; a store listing tells them
+    /// apart after the doubt delay. Every other held fragment can no longer become
+    /// the journal's: its confirmed part is stored and the rest quarantined.
+    pub fn settle_held(&self, head: i64, adopt: bool) {
+        self.keeper.settle_held(head, adopt);
+    }
+
+    /// This replica's route is over: nothing held back can become the journal's.
+    pub fn release_held(&self) {
+        self.keeper.release_held();
+    }
+
+    /// Rolls the spool and hands its committed content to the persister, soon
+    /// (once no stream or pipeline holds it).
+    pub fn request_flush(&self) {
+        self.flush.notify_one();
+    }
+
+    /// Begins shutdown: [`serve`](Self::serve) ends once it has run.
+    pub fn stop(&self) {
+        if !self.stopping.send_replace(true) {
+            tracing::info!(
+                "stopping local journal replica {} (primary {})",
+                self.journal,
+                self.is_primary()
+            );
+        }
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        *self.stopping.borrow()
+    }
+
+    /// Completes once the replica is stopping.
+    pub fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.stopping.subscribe();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    }
+
+    /// Runs the flush daemon until [`stop`](Self::stop), then shuts down.
+    pub async fn serve(self: Arc<Self>) {
+        tracing::info!(
+            "starting local journal replica {} (primary {})",
+            self.journal,
+            self.is_primary()
+        );
+        let stopped = self.stopped();
+        tokio::select! {
+            () = stopped => {}
+            () = self.flush_daemon() => {}
+        }
+        self.shut_down().await;
+    }
+
+    async fn flush_daemon(&self) {
+        loop {
+            self.flush.notified().await;
+            let held = self.hold_spool().await;
+            if held.content_length() != 0 {
+                let spec = held.spec();
+                tracing::info!(
+                    "persisting [{}, {}) of {} now",
+                    spec.begin,
+                    spec.end,
+                    self.journal
+                );
+                let _at_once = self.storing_at_once();
+                held.must_apply(&empty_at_end(&spec, held.registers()))
+                    .await;
+            }
+        }
+    }
+
+    async fn shut_down(&self) {
+        let held = self.hold_spool().await;
+        // Where what we publish ends: content past it (an append whose
+        // acknowledgements never came) is quarantined below, so the journal must go
+        // on from here, or it would have a hole where that content was.
+        let mut head = held.confirmed_end();
+        if let Some(low) = self.keeper.lowest_confirmed_end() {
+            head = head.min(low);
+        }
+        // Roll to an empty fragment at the end: the last fragment goes to the persister.
+        held.must_apply(&empty_at_end(&held.spec(), held.registers()))
+            .await;
+        self.release_held();
+        if self.is_primary() && head > 0 {
+            let recorded = tokio::time::timeout(
+                SHUTDOWN_TIMEOUT,
+                self.host.checkpoint_head(&self.journal, head),
+            )
+            .await;
+            let failure = match recorded {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e),
+                Err(_) => Some(format!("no answer within {SHUTDOWN_TIMEOUT:?}")),
+            };
+            if let Some(e) = failure {
+                tracing::warn!("journal {}: head at {head} not recorded: {e}", self.journal);
+            }
+        }
+        // Kept, not given back: nothing may use this replica's spool again.
+        *lock(&self.retired) = Some(held);
+    }
+}
+
+/// The proposal that completes a spool of `spec`: an empty fragment at its end.
+pub fn empty_at_end(spec: &Fragment, registers: LabelSet) -> ReplicateRequest {
+    ReplicateRequest {
+        proposal: Some(Fragment {
+            begin: spec.end,
+            sum: None,
+            ..spec.clone()
+        }),
+        registers: Some(registers),
+        ..ReplicateRequest::default()
+    }
+}
+
+/// One journal assigned to this broker, as the allocator's state says.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LocalAssignment {
+    pub journal: String,
+    /// Whether this broker holds the primary slot.
+    pub primary: bool,
+    /// The journal item's etcd create revision.
+    pub create_revision: i64,
+    /// The etcd lease of this broker's assignment.
+    pub lease: i64,
+    /// The route's members (zone, suffix), in assignment order.
+    pub members: Vec<process_spec::Id>,
+}
+
+/// Keeps one [`Replica`] per locally assigned journal.
+pub struct ReplicaSet {
+    host: Arc<dyn ReplicaHost>,
+    config: ReplicaConfig,
+    state: Mutex<SetState>,
+}
+
+struct SetState {
+    replicas: HashMap<String, (Arc<Replica>, Vec<process_spec::Id>)>,
+    stopped: bool,
+    // Serving replicas, old ones included until they shut down.
+    tasks: tokio::task::JoinSet<()>,
+}
+
+impl ReplicaSet {
+    pub fn new(host: Arc<dyn ReplicaHost>, config: ReplicaConfig) -> ReplicaSet {
+        ReplicaSet {
+            host,
+            config,
+            state: Mutex::new(SetState {
+                replicas: HashMap::new(),
+                stopped: false,
+                tasks: tokio::task::JoinSet::new(),
+            }),
+        }
+    }
+
+    /// The replica of `journal`, if this broker serves one.
+    pub fn get(&self, journal: &str) -> Option<Arc<Replica>> {
+        let state = lock(&self.state);
+        if state.stopped {
+            return None;
+        }
+        state.replicas.get(journal).map(|(r, _)| r.clone())
+    }
+
+    pub fn len(&self) -> usize {
+        lock(&self.state).replicas.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Reconciles replicas with the journals now assigned to this broker; returns
+    /// the journals whose route members changed (their streams re-resolve).
+    ///
+    /// A fresh replica is made when a journal is newly assigned, demoted from
+    /// primary, deleted and re-created, or assigned under another lease (this
+    /// broker lost its lease and announced again: what its spool holds from before
+    /// may be a tail the journal did not keep; the old replica releases it as it
+    /// stops). Must run on the async runtime.
+    pub fn update(&self, local: Vec<LocalAssignment>) -> Vec<String> {
+        let mut state = lock(&self.state);
+        if state.stopped {
+            return Vec::new();
+        }
+        let mut prev = std::mem::take(&mut state.replicas);
+        let mut changed = Vec::new();
+        for a in local {
+            if state.replicas.contains_key(&a.journal) {
+                continue;
+            }
+            let reuse = prev.remove(&a.journal).and_then(|(r, members)| {
+                let demoted = r.is_primary() && !a.primary;
+                let same = !demoted && r.create_revision == a.create_revision && r.lease == a.lease;
+                if !same {
+                    r.stop(); // Its successor starts now; it shuts down beside it.
+                }
+                same.then_some((r, members))
+            });
+            let rep = match reuse {
+                Some((rep, members)) => {
+                    rep.primary.store(a.primary, Ordering::Release);
+                    if members != a.members {
+                        changed.push(a.journal.clone());
+                    }
+                    rep
+                }
+                None => {
+                    let rep = Replica::new(
+                        &a.journal,
+                        a.primary,
+                        a.create_revision,
+                        a.lease,
+                        self.host.clone(),
+                        &self.config,
+                    );
+                    state.tasks.spawn(rep.clone().serve());
+                    rep
+                }
+            };
+            state.replicas.insert(a.journal, (rep, a.members));
+        }
+        for (rep, _) in prev.into_values() {
+            rep.stop();
+        }
+        // Reap replicas that finished shutting down.
+        while state.tasks.try_join_next().is_some() {}
+        changed
+    }
+
+    /// Stops every replica and makes none from now on; returns once each has shut
+    /// down (its last fragment handed to the persister).
+    pub async fn stop_all(&self) {
+        let mut tasks = {
+            let mut state = lock(&self.state);
+            state.stopped = true;
+            for (rep, _) in state.replicas.values() {
+                rep.stop();
+            }
+            state.replicas.clear();
+            std::mem::take(&mut state.tasks)
+        };
+        while tasks.join_next().await.is_some() {}
+    }
+}
+
+#[cfg(test)]
+mod tests;
