@@ -22,9 +22,9 @@ helpers they share are in :mod:`~gazette.gazctl.shards_api`.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import click
 from google.protobuf import json_format
@@ -40,6 +40,9 @@ from gazette.gazctl import (
     shards_specs,
     shardspace,
 )
+
+if TYPE_CHECKING:
+    from gazette.consumer import lag as lag_
 
 __all__ = ["group"]
 
@@ -63,106 +66,49 @@ def _reduced(statuses: Sequence[pc.ReplicaStatus]) -> str:
 
 #: Shards whose lag is fetched at once.
 _LAG_CONCURRENCY = 16
-#: Seconds one shard's Stat may take (a primary still recovering its store answers late).
-_STAT_TIMEOUT = 10.0
-
-
-@dataclasses.dataclass(frozen=True)
-class _Lag:
-    """Where a shard's primary has read (and committed) through each of its sources."""
-
-    #: (journal, read through, write head, or why the head is unknown), by journal name.
-    sources: tuple[tuple[str, int, int | str], ...] = ()
-    #: Why the shard could not be asked (no primary, not answering).
-    error: str = ""
-
-    def column(self) -> str:
-        """Gazette's form: ``journal:bytes unread, ...``."""
-        if self.error:
-            return f"<{self.error}>"
-        return ", ".join(
-            f"{j}:{head - read}" if isinstance(head, int) else f"{j}:<{head}>"
-            for j, read, head in self.sources
-        )
-
-    def as_json(self) -> dict[str, object]:
-        """The ``lag`` member a shard gets in ``-o json``: offsets as numbers, not words."""
-        if self.error:
-            return {"error": self.error}
-        sources: list[dict[str, object]] = []
-        total = 0
-        for j, read, head in self.sources:
-            if isinstance(head, int):
-                total += head - read
-                sources.append(
-                    {"journal": j, "read_through": read, "write_head": head, "lag": head - read}
-                )
-            else:
-                sources.append({"journal": j, "read_through": read, "error": head})
-        return {"sources": sources, "total": total}
-
-    def comment(self) -> str:
-        if self.error:
-            return f"lag unknown: {self.error}"
-        return "; ".join(
-            f"{j} read through {read}, "
-            + (f"lag {head - read} bytes" if isinstance(head, int) else f"head unknown: {head}")
-            for j, read, head in self.sources
-        )
 
 
 async def _lags(
     address: str, broker: options.BrokerOptions, shards: Sequence[pc.ListResponse.Shard]
-) -> dict[str, _Lag]:
-    """Each shard's lag: its primary's read-through offsets (Stat) against its sources'
-    write heads (read once per journal, however many shards read it)."""
+) -> dict[str, lag_.ShardLag]:
+    """Each shard's lag (:mod:`gazette.consumer.lag`): its primary's read-through offsets,
+    asked through the consumer at ``address``, against its sources' write heads (read
+    once per journal, however many shards read it)."""
+    # Here, not at the top: listing shards without --lag needs neither.
     from gazette.broker import client
-    from gazette.gazctl.journals import heads
+    from gazette.consumer import lag as lag_
 
     limit = asyncio.Semaphore(_LAG_CONCURRENCY)
-    writes: dict[str, asyncio.Task[int]] = {}
     async with (
         shards_api.ShardClient(address) as sc,
         client.JournalClient(broker.client_config()) as jc,
     ):
+        heads = lag_.WriteHeads(jc)
 
-        async def head(journal: str) -> int | str:
-            task = writes.get(journal)
-            if task is None:
-                task = writes[journal] = asyncio.ensure_future(heads.write_head(jc, journal))
-            try:
-                return await task
-            except client.errors.ClientError as e:
-                return str(e).splitlines()[0][:80]
-
-        async def one(shard: pc.ListResponse.Shard) -> _Lag:
-            async with limit:
+        async def one(shard: pc.ListResponse.Shard) -> lag_.ShardLag:
+            async def stat() -> pc.StatResponse:
                 try:
-                    async with asyncio.timeout(_STAT_TIMEOUT):
-                        stat = await sc.stat(shard.spec.id)
+                    return await sc.stat(shard.spec.id)
                 except shards_api.ShardStatusError as e:
-                    return _Lag(error=pc.Status.Name(e.status))  # type: ignore[arg-type]
+                    raise lag_.LagUnknown(pc.Status.Name(e.status)) from e  # type: ignore[arg-type]
                 except shards_api.ShardRPCError as e:
-                    return _Lag(error=e.code.name)
-                except TimeoutError:
-                    return _Lag(error=f"no answer in {_STAT_TIMEOUT:g}s")
-            sources = sorted({src.journal for src in shard.spec.sources})
-            found = await asyncio.gather(*(head(j) for j in sources))
-            return _Lag(
-                tuple(
-                    (j, stat.read_through.get(j, 0), h) for j, h in zip(sources, found, strict=True)
-                )
-            )
+                    raise lag_.LagUnknown(e.code.name) from e
 
-        done = await asyncio.gather(*(one(sh) for sh in shards))
-    return {sh.spec.id: lag for sh, lag in zip(shards, done, strict=True)}
+            async with limit:
+                return await lag_.shard_lag(stat, lag_.source_journals(shard.spec), heads)
+
+        try:
+            done = await asyncio.gather(*(one(sh) for sh in shards))
+        finally:
+            await heads.close()
+    return {sh.spec.id: found for sh, found in zip(shards, done, strict=True)}
 
 
 def _table(
     resp: pc.ListResponse,
     label_columns: Sequence[str],
     rf: bool,
-    lags: Mapping[str, _Lag] | None = None,
+    lags: Mapping[str, lag_.ShardLag] | None = None,
 ) -> str:
     header = ["ID", "Status", *(["RF"] if rf else []), "Primary", "Replicas", *label_columns]
     if lags is not None:

@@ -17,7 +17,8 @@ and below every application (ARCHITECTURE.md), and mirrors Gazette's Go
   between appends; terminal failures stick to their journal.
 - :class:`Reader` — one Read RPC; reads fragments straight from their store
   when handed a signed URL (``file://`` under a file root, ``http(s)://`` such
-  as S3 presigned URLs), with Gazette's gzip rules.
+  as S3 presigned URLs), with Gazette's gzip rules; :func:`write_head` reads
+  where a journal's next append goes (a metadata-only read).
 - :class:`RetryReader` — a read that follows the journal across broker
   failures and route changes, resuming at the exact offset reached.
 - :class:`RouteCache`, and helpers :func:`list_journals`, :func:`get_journal`,
@@ -66,7 +67,7 @@ from gazette.broker.client.listing import (
     list_all_fragments,
     list_journals,
 )
-from gazette.broker.client.reader import FragmentReader, Reader, open_fragment_url
+from gazette.broker.client.reader import FragmentReader, Reader, open_fragment_url, write_head
 from gazette.broker.client.retry_reader import RetryReader
 from gazette.broker.client.route_cache import RouteCache
 
@@ -96,4 +97,5 @@ __all__ = [
     "list_journals",
     "open_fragment_url",
     "sync",
+    "write_head",
 ]

@@ -38,7 +38,7 @@ from gazette.broker.protocol import auth
 if TYPE_CHECKING:
     from gazette.broker.fragment import codecs
 
-__all__ = ["READ_CHUNK", "FragmentReader", "Reader", "open_fragment_url"]
+__all__ = ["READ_CHUNK", "FragmentReader", "Reader", "open_fragment_url", "write_head"]
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +201,24 @@ class Reader:
 
 
 # --- Fragments by signed URL ---------------------------------------------------
+
+
+async def write_head(jc: journal_client.JournalClient, journal: str) -> int:
+    """``journal``'s write head: the offset its next append will be written at.
+
+    A metadata-only read at offset -1, as Gazette's ``gazctl shards list --lag`` asks
+    for it (``gazctl journals reset-head`` and the lag of shards use it).
+    """
+    reader = Reader(jc, pb.ReadRequest(journal=journal, offset=-1, metadata_only=True))
+    try:
+        await reader.read()
+        return reader.request.offset
+    except errors.OffsetJump as jump:
+        return jump.to_offset
+    except errors.OffsetNotYetAvailable:
+        return reader.response.offset
+    finally:
+        await reader.close()
 
 
 class FragmentReader:

@@ -15,25 +15,7 @@ from gazette.broker import client
 from gazette.broker import protocol as pb
 from gazette.gazctl import options, runner
 
-__all__ = ["reset_head", "reset_head_cmd", "suspend_cmd", "write_head"]
-
-
-async def write_head(jc: client.JournalClient, journal: str) -> int:
-    """``journal``'s write head: the offset its next append will be written at.
-
-    A metadata-only read at offset -1, as Gazette's ``gazctl shards list --lag``
-    asks for it.
-    """
-    reader = client.Reader(jc, pb.ReadRequest(journal=journal, offset=-1, metadata_only=True))
-    try:
-        await reader.read()
-        return reader.request.offset
-    except client.errors.OffsetJump as jump:
-        return jump.to_offset
-    except client.errors.OffsetNotYetAvailable:
-        return reader.response.offset
-    finally:
-        await reader.close()
+__all__ = ["reset_head", "reset_head_cmd", "suspend_cmd"]
 
 
 async def reset_head(jc: client.JournalClient, journal: str) -> int:
@@ -46,7 +28,7 @@ async def reset_head(jc: client.JournalClient, journal: str) -> int:
     those fragments are persisted (their brokers have exited). Safe on a journal
     that is being appended to: an append racing us has moved the head on already.
     """
-    head = await write_head(jc, journal)
+    head = await client.write_head(jc, journal)
     # SUSPEND_KEEP: a partially suspended journal stays so.
     request = pb.AppendRequest(journal=journal, offset=head, suspend=pb.AppendRequest.SUSPEND_KEEP)
     # WRONG_APPEND_OFFSET: raced with an append; the head moved on, which is fine.
