@@ -19,13 +19,17 @@ Modules:
 * :mod:`.status` — the ``status``: the reconcile outcome (Ready on Journals, Applied on
   Shards, observedGeneration, modRevision) and a Shard's replicas (primary, standbys,
   route, replicas, and Ready: a primary serves it).
+* :mod:`.lag` — each Shard's lag, asked of its primary (endpoints from etcd) in rounds
+  of the controller, as ``gazctl shards list --lag`` computes it
+  (:mod:`gazette.consumer.lag`).
 * :mod:`.events` — which outcomes are posted as Kubernetes Events (Warning on
   InvalidSpec, ResourceConflict, EtcdError, NoCluster; Normal on Applied).
 * :mod:`.mirrors` — etcd prefixes mirrored with one watch each, telling which keys
   changed; :mod:`.assignments` — the shards' replicas, one watch per consumer
   application's prefix.
 * :mod:`.controller` — what the watches call for: specs edited out of band in etcd put
-  back, names taken over when their owner goes, Shard status; no per-object timers.
+  back, names taken over when their owner goes, Shard status; and the rounds of lag
+  checks; no per-object timers.
 * :mod:`.kube` — the operator's own status patches, Events and Lease, outside kopf's
   handlers.
 * :mod:`.handlers` — kopf handlers binding events and indexes to the above.
@@ -69,7 +73,10 @@ labels cannot say (several values of a name, values such as
 spec.name=examples/logs/web`` finds a journal by name.
 
 ``kubectl get shards -l app=word-count`` shows each shard's primary, its status
-reduced over its replicas, its standbys and whether it is Ready (served by a primary).
+reduced over its replicas, its standbys, whether it is Ready (served by a primary) and
+its LAG: the bytes of its sources its primary has not read through, asked every
+``--shard-lag-interval`` seconds (:mod:`.lag`; empty, ``status.lagUnknown`` saying why,
+when it can't be known).
 
 Usage::
 
@@ -99,6 +106,7 @@ from gazette.operator import (
     handlers,
     health,
     kube,
+    lag,
     leader,
     mapping,
     metrics,
@@ -142,6 +150,7 @@ __all__ = [
     "handlers",
     "health",
     "kube",
+    "lag",
     "leader",
     "mapping",
     "metrics",

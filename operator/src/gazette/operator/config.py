@@ -9,7 +9,7 @@ import posixpath
 from collections.abc import Mapping, Sequence
 
 from gazette import keyspace
-from gazette.operator import handlers, health, leader, reconcile
+from gazette.operator import handlers, health, lag, leader, reconcile
 
 __all__ = ["OperatorConfig", "parse_args"]
 
@@ -107,6 +107,21 @@ def parse_args(
         "(env SHARD_STATUS_INTERVAL; default %(default)s)",
     )
     p.add_argument(
+        "--shard-lag-interval",
+        type=float,
+        default=float(env.get("SHARD_LAG_INTERVAL", "15")),
+        help="seconds between two checks of every Shard's lag (its primary's Stat against "
+        "its sources' write heads), written to status.lag (the LAG column of `kubectl get "
+        "shards`); 0 checks nothing (env SHARD_LAG_INTERVAL; default %(default)s)",
+    )
+    p.add_argument(
+        "--broker.address",
+        dest="broker_address",
+        default=env.get("BROKER_ADDRESS", ""),
+        help="a broker to read journals' write heads from, for Shards' lag; empty: a "
+        "broker registered under --etcd.prefix (env BROKER_ADDRESS)",
+    )
+    p.add_argument(
         "--retry-delay",
         type=float,
         default=5.0,
@@ -200,6 +215,8 @@ def parse_args(
         p.error("give either --all-namespaces or --namespace (or $WATCH_NAMESPACES)")
     if args.retry_delay <= 0 or args.shard_status_interval <= 0:
         p.error("--retry-delay and --shard-status-interval must be positive")
+    if args.shard_lag_interval < 0:
+        p.error("--shard-lag-interval must be 0 (off) or positive")
     address = args.health_address or args.liveness
     if address:
         try:
@@ -228,6 +245,7 @@ def parse_args(
             cluster=args.cluster,
             retry_delay=args.retry_delay,
             status_interval=args.shard_status_interval,
+            lag=lag.LagConfig(interval=args.shard_lag_interval, broker_address=args.broker_address),
         ),
         namespaces=tuple(namespaces),
         all_namespaces=args.all_namespaces,

@@ -25,6 +25,11 @@ per-object timer (kopf would put a finalizer on every object to stop it):
 * **Shard status.** A Shard's replicas (``<app prefix>/assign``) are re-read from the
   mirror when they or the object change, and its status patched when it differs, at
   most once per ``status_interval`` an object.
+* **Shard lag.** Every ``lag.interval`` seconds (unless 0), one round asks each served
+  Shard's primary how far it has read (:mod:`gazette.operator.lag`) and patches the
+  ``lag*`` status fields that changed (:func:`gazette.operator.status.lag_status_for`).
+  The one periodic task here, and not a kopf timer: kopf puts a finalizer on every
+  object with a timer, so deleting any Shard would wait for the operator.
 
 The objects come from :meth:`Controller.observe`, which kopf's ``on.event`` handler
 calls with every event of every Journal and Shard of the watched namespaces.
@@ -52,8 +57,11 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from gazette import keyspace
+from gazette.consumer import lag as consumer_lag
+from gazette.consumer import protocol as pc
 from gazette.operator import assignments, crd, errors, events, kube, metrics, reconcile, status
 from gazette.operator import health as health_
+from gazette.operator import lag as lag_
 
 __all__ = ["Controller", "ControllerConfig", "shard_target"]
 
@@ -71,7 +79,8 @@ class ControllerConfig:
     before a failed reconcile or patch is tried again. ``status_interval``: the least
     seconds between two status writes of one Shard (the debounce of replica churn).
     ``settle_delay``: seconds a changed etcd key waits before it is compared with its
-    object, so that the handler which wrote it has finished.
+    object, so that the handler which wrote it has finished. ``lag``: the Shards' lag
+    checks.
     """
 
     reconcile: reconcile.ReconcileConfig = dataclasses.field(
@@ -81,6 +90,7 @@ class ControllerConfig:
     retry_delay: float = 5.0
     status_interval: float = 2.0
     settle_delay: float = 0.5
+    lag: lag_.LagConfig = dataclasses.field(default_factory=lag_.LagConfig)
 
 
 _Departed = tuple[reconcile.SpecKind, Mapping[str, Any], Mapping[str, Any]]
@@ -217,6 +227,9 @@ class Controller:
         self._departures = _Due()
         self._status = _Due()
         self._status_written: dict[str, float] = {}
+        self._lag = lag_.LagChecker(
+            config.lag, self._mirrors, broker_root=config.reconcile.broker_root
+        )
         self._mirrors.listen(self._on_keys)
         self._follow(self._journal_root(), reconcile.JOURNALS)
 
@@ -256,6 +269,8 @@ class Controller:
             if target is not None:
                 self._follow(f"{target[0]}/items", reconcile.SHARDS)
                 self._views.follow(target[0])
+                if self._config.lag.enabled:
+                    self._lag.follow(target[0])
             self._status.add(uid)
 
     def _went_elsewhere(self, body: Mapping[str, Any]) -> bool:
@@ -322,6 +337,8 @@ class Controller:
             tg.create_task(self._loop(self._resync, self._resync_key), name="resync")
             tg.create_task(self._loop(self._departures, self._release), name="departures")
             tg.create_task(self._loop(self._status, self._shard_status), name="shard status")
+            if self._config.lag.enabled:
+                tg.create_task(self._lag_rounds(), name="shard lag")
 
     async def _loop(self, due: _Due, handle: Callable[[Any], Any]) -> None:
         limit = asyncio.Semaphore(_CONCURRENCY)
@@ -568,6 +585,69 @@ class Controller:
                 cond.get("message"),
             )
         # A conflict: the newer object's event schedules this again.
+
+    # --- Shard lag -------------------------------------------------------------
+
+    async def _lag_rounds(self) -> None:
+        while True:
+            await asyncio.sleep(self._config.lag.interval)
+            with self._health.working("shard lag"):
+                await self.check_lag()
+
+    def _lag_targets(
+        self,
+    ) -> tuple[list[lag_.Target], dict[str, consumer_lag.ShardLag]]:
+        """The Shards to ask, and the answers known without asking (their spec isn't theirs)."""
+        targets: list[lag_.Target] = []
+        known: dict[str, consumer_lag.ShardLag] = {}
+        for uid, body in self._objects[reconcile.SHARDS.crd.kind].bodies.items():
+            applied = status.condition(body.get("status") or {}, status.APPLIED)
+            if applied is None or _meta(body).get("deletionTimestamp"):
+                continue
+            target = shard_target(body, self._config.reconcile)
+            if target is None or not status.holds_spec(applied):
+                known[uid] = consumer_lag.ShardLag(error="the spec is not in etcd")
+                continue
+            replicas = self._views.replicas(*target)
+            if replicas is None:
+                continue  # Not loaded yet: the next round.
+            primary = next(
+                (r for r in replicas if r.slot == 0 and r.code == pc.ReplicaStatus.PRIMARY), None
+            )
+            spec = body.get("spec") or {}
+            journals = [
+                str(src["journal"])
+                for src in spec.get("sources") or ()
+                if isinstance(src, Mapping) and src.get("journal")
+            ]
+            targets.append(lag_.Target(uid, target[0], target[1], journals, primary))
+        return targets, known
+
+    async def check_lag(self) -> int:
+        """One round of lag checks over the Shards served; returns the statuses patched."""
+        targets, found = self._lag_targets()
+        found.update(await self._lag.check(targets))
+        patched = 0
+        shards = self._objects[reconcile.SHARDS.crd.kind].bodies
+        for uid, one in found.items():
+            body = shards.get(uid)  # The latest seen: the object may have changed meanwhile.
+            if body is None:
+                continue
+            new = status.lag_status_for(body, one, self._clock(), refresh=self._config.lag.refresh)
+            if new is None:
+                continue
+            result = await self._patch(reconcile.SHARDS, body, new)
+            # A conflict or a failure: the next round writes what it finds then.
+            if result is kube.PatchResult.OK:
+                patched += 1
+                logger.debug(
+                    "shard %s/%s: lag %s%s",
+                    _meta(body).get("namespace"),
+                    _meta(body).get("name"),
+                    new.get("lag"),
+                    f" (unknown: {new['lagUnknown']})" if new.get("lagUnknown") else "",
+                )
+        return patched
 
 
 def _raw(key: str, value: bytes) -> None:

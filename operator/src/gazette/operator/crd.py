@@ -274,6 +274,46 @@ def _shard_status_properties() -> dict[str, Any]:
                 },
             },
         },
+        "lag": {
+            "type": "integer",
+            "format": "int64",
+            "minimum": 0,
+            "description": (
+                "Bytes written to the shard's sources that its primary has not read through "
+                "yet (as `gazctl shards list --lag` sums them), as of lagCheckedAt. Absent "
+                "when unknown: lagUnknown says why."
+            ),
+        },
+        "lagSources": {
+            "type": "array",
+            "description": "Per source journal: where the primary has read through, the write head.",
+            "items": {
+                "type": "object",
+                "required": ["journal", "readThrough"],
+                "properties": {
+                    "journal": {"type": "string"},
+                    "readThrough": {"type": "integer", "format": "int64", "minimum": 0},
+                    "writeHead": {"type": "integer", "format": "int64", "minimum": 0},
+                    "lag": {"type": "integer", "format": "int64", "minimum": 0},
+                    "error": {"type": "string", "description": "Why the write head is unknown."},
+                },
+            },
+        },
+        "lagUnknown": {
+            "type": "string",
+            "description": (
+                "Why the lag is unknown (e.g. NO_SHARD_PRIMARY, UNAVAILABLE, a write head "
+                "not read); absent when lag is known."
+            ),
+        },
+        "lagCheckedAt": {
+            "type": "string",
+            "format": "date-time",
+            "description": (
+                "When the operator last asked the primary (every --shard-lag-interval; an "
+                "unchanged answer is written again at most every few minutes)."
+            ),
+        },
     }
 
 
@@ -702,6 +742,12 @@ def shard_crd() -> dict[str, Any]:
         {"name": "Status", "type": "string", "jsonPath": ".status.replicaStatus"},
         {"name": "Standbys", "type": "integer", "jsonPath": ".status.standbyCount"},
         _ready_column(),
+        {
+            "name": "Lag",
+            "type": "integer",
+            "description": "Bytes of its sources the shard has yet to read (empty: unknown).",
+            "jsonPath": ".status.lag",
+        },
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         {"name": "Hot-Standbys", "type": "integer", "priority": 1, "jsonPath": ".spec.hotStandbys"},
         {"name": "Disabled", "type": "boolean", "priority": 1, "jsonPath": ".spec.disable"},
@@ -722,6 +768,19 @@ def shard_crd() -> dict[str, Any]:
             "type": "string",
             "priority": 1,
             "jsonPath": '.status.conditions[?(@.type=="Applied")].status',
+        },
+        {
+            "name": "Lag Unknown",
+            "type": "string",
+            "priority": 1,
+            "description": "Why the lag is unknown.",
+            "jsonPath": ".status.lagUnknown",
+        },
+        {
+            "name": "Lag Checked",
+            "type": "date",
+            "priority": 1,
+            "jsonPath": ".status.lagCheckedAt",
         },
         _deletion_policy_column(),
     ]

@@ -47,6 +47,7 @@ import kopf
 from gazette.operator import controller as controller_
 from gazette.operator import crd, errors, events, kube, metrics, reconcile, status
 from gazette.operator import health as health_
+from gazette.operator import lag as lag_
 
 __all__ = [
     "PROGRESS_PREFIX",
@@ -88,7 +89,7 @@ class HandlerConfig:
     ``status_interval``: the least seconds between two status writes of one Shard
     (the debounce of its replicas' churn).
     ``settle_delay``: seconds an etcd key changed out of band waits before it is
-    compared with its object.
+    compared with its object. ``lag``: how often Shards' lag is checked, and where.
     """
 
     reconcile: reconcile.ReconcileConfig = dataclasses.field(
@@ -98,6 +99,7 @@ class HandlerConfig:
     retry_delay: float = 5.0
     status_interval: float = 2.0
     settle_delay: float = 0.5
+    lag: lag_.LagConfig = dataclasses.field(default_factory=lag_.LagConfig)
 
     def controller(self) -> controller_.ControllerConfig:
         """The same settings, for the :class:`~gazette.operator.controller.Controller`."""
@@ -107,6 +109,7 @@ class HandlerConfig:
             retry_delay=self.retry_delay,
             status_interval=self.status_interval,
             settle_delay=self.settle_delay,
+            lag=self.lag,
         )
 
 

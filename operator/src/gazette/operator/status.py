@@ -15,10 +15,17 @@ already has it, so handling a settled object again patches nothing:
   replica is PRIMARY, else False with reason ``NoPrimary``, ``Failed``, ``Disabled``
   or, when the object's spec is not in etcd, its ``Applied`` reason.
 
+* :func:`lag_status_for`, from a shard's lag as its primary reports it
+  (:mod:`gazette.operator.lag`): ``lag`` (bytes unread over its sources),
+  ``lagSources`` (per journal: ``readThrough``, ``writeHead``, ``lag``), ``lagCheckedAt``,
+  and ``lagUnknown`` (why there is no number: no primary, a failed Stat...) instead of
+  a stale ``lag``.
+
 The two write disjoint conditions and fields: the reconcile handler owns ``Applied``
 (``Ready`` on Journals), ``observedGeneration``, ``etcdKey``, ``modRevision`` and
 ``cluster`` (where the spec is, and whose etcd that is); the
-controller's shard status (:mod:`gazette.operator.controller`) owns the rest.
+controller's shard status (:mod:`gazette.operator.controller`) owns the rest, its
+lag checks the ``lag*`` fields.
 Conditions follow Kubernetes' conventions (``type``, ``status``, ``reason``,
 ``message``, ``observedGeneration``, ``lastTransitionTime``, which changes only when
 ``status`` flips); the CRD requires all but ``observedGeneration``.
@@ -37,15 +44,19 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gazette.consumer import lag as consumer_lag
 from gazette.consumer import protocol as pc
 from gazette.operator import crd, reconcile
 
 __all__ = [
     "APPLIED",
+    "LAG_FIELDS",
     "READY",
     "Replica",
     "ShardReason",
     "condition",
+    "holds_spec",
+    "lag_status_for",
     "ready_condition",
     "shard_status_for",
     "status_for",
@@ -204,6 +215,15 @@ _NOT_OWNED = frozenset(
 )
 
 
+def holds_spec(applied: Mapping[str, Any]) -> bool:
+    """Whether an object whose ``Applied`` condition is ``applied`` has its spec in etcd.
+
+    Refused (InvalidSpec) or another object's key (ResourceConflict): the assignments
+    under that key, and their lag, are not the object's.
+    """
+    return str(applied.get("reason")) not in _NOT_OWNED
+
+
 def _ready(replicas: Sequence[Replica], disabled: bool) -> tuple[bool, str, str]:
     """(ready, reason, message) of a shard with these replicas (in slot order)."""
     primary = next((r for r in replicas if r.slot == 0), None)
@@ -273,4 +293,60 @@ def shard_status_for(
     }
     if _unchanged(current, new, READY):
         return None
+    return new
+
+
+LAG_FIELDS = ("lag", "lagSources", "lagUnknown")
+"""The fields :func:`lag_status_for` compares; ``lagCheckedAt`` changes with every check."""
+
+
+def _parse_timestamp(text: object) -> datetime.datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    except ValueError:
+        return None
+
+
+def lag_status_for(
+    body: Mapping[str, Any],
+    found: consumer_lag.ShardLag,
+    now: datetime.datetime,
+    *,
+    refresh: float,
+) -> dict[str, Any] | None:
+    """The lag fields a Shard ``body`` should have after a check found ``found``, or None.
+
+    ``lag`` is set only when every part of it is known (the Stat answered and every
+    source's write head was read); otherwise it is removed (None, which a merge patch
+    deletes) and ``lagUnknown`` says why, so a number shown is never an old one.
+    ``lagSources`` lists each source (``journal``, ``readThrough``, and ``writeHead``
+    and ``lag`` or ``error``), when the primary answered. ``lagCheckedAt`` is the
+    check's time. None when the fields are as found and were written less than
+    ``refresh`` seconds ago: an unchanged lag is not rewritten on every check.
+    """
+    current: Mapping[str, Any] = body.get("status") or {}
+    total = found.total
+    sources: list[dict[str, Any]] | None = None
+    unknown = found.error or None
+    if not found.error:
+        sources = []
+        for s in found.sources:
+            one: dict[str, Any] = {"journal": s.journal, "readThrough": s.read_through}
+            if s.lag is not None:
+                one.update(writeHead=s.write_head, lag=s.lag)
+            else:
+                one["error"] = s.error
+                unknown = unknown or f"write head of {s.journal} unknown: {s.error}"
+            sources.append(one)
+    new: dict[str, Any] = {"lag": total, "lagSources": sources, "lagUnknown": unknown}
+    checked = _parse_timestamp(current.get("lagCheckedAt"))
+    if (
+        all(current.get(k) == v for k, v in new.items())
+        and checked is not None
+        and (now - checked).total_seconds() < refresh
+    ):
+        return None
+    new["lagCheckedAt"] = timestamp(now)
     return new

@@ -1,0 +1,237 @@
+"""A Shard's lag in its status and in ``kubectl get shards``, against a real kube-apiserver.
+
+Real parts: a kube-apiserver with the CRDs, the operator (``python -m gazette.operator``,
+checking lag every second), etcd, a broker process, and a consumer process (in this
+test's process) whose one shard counts JSON messages but holds each at a gate. The
+operator finds the shard's primary and the broker from etcd, asks the primary's Stat
+how far it has read, reads the source's write head, and writes ``status.lag``:
+
+1. no consumer yet: no number, ``lagUnknown`` NO_SHARD_PRIMARY;
+2. the consumer holds the messages at its gate: the lag is the whole journal, and
+   ``kubectl get shards`` prints it in its LAG column;
+3. the gate opens, the shard catches up: the lag falls to 0;
+4. the consumer stops: the 0 goes (no stale number), ``lagUnknown`` says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+from apiserver import kubeapi
+
+from gazette import message
+from gazette.broker import client, testing
+from gazette.broker import protocol as pb
+from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
+from gazette.consumer import testing as consumer_testing
+from gazette.keyspace import testing as ks_testing
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+CLUSTER = {"gazette.dev/cluster": "e2e"}
+SOURCE = "examples/lag/part-000"
+APP = "lag-count"
+SHARD_ID = "lag-count/part-000"
+MESSAGES = 50
+
+
+class Num(message.JSONMessage):
+    pass
+
+
+class GatedCount:
+    """Counts messages, each only once ``gate`` is open (so the shard stays behind)."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.seen = 0
+
+    async def new_store(self, shard: Any) -> Any:
+        return consumer_testing.MemoryStore()
+
+    def new_message(self, spec: pb.JournalSpec) -> message.Message:
+        return Num()
+
+    async def consume_message(self, shard: Any, store: Any, env: Any, pub: Any) -> None:
+        await self.gate.wait()
+        self.seen += 1
+
+    async def finalize_txn(self, shard: Any, store: Any, pub: Any) -> None:
+        pass
+
+
+def manifests() -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "gazette.dev/v1alpha1",
+            "kind": "Journal",
+            "metadata": {"name": "lag-part-000", "labels": CLUSTER},
+            "spec": {
+                "name": SOURCE,
+                "replication": 1,
+                "labels": [{"name": "content-type", "value": "application/x-ndjson"}],
+                "fragment": {
+                    "length": 1 << 20,
+                    "compressionCodec": "NONE",
+                    "stores": ["file:///"],
+                    "refreshInterval": "10s",
+                },
+            },
+        },
+        {
+            "apiVersion": "gazette.dev/v1alpha1",
+            "kind": "Shard",
+            "metadata": {
+                "name": "lag-0",
+                "labels": {**CLUSTER, "gazette.dev/consumer": APP, "app": APP},
+            },
+            "spec": {
+                "name": SHARD_ID,
+                "sources": [{"journal": SOURCE}],
+                "maxTxnDuration": "100ms",
+            },
+        },
+    ]
+
+
+async def shard_status(kube: kubeapi.KubeAPIServer, ns: str) -> dict[str, Any]:
+    out = await kube.kubectl_async("get", "shard", "lag-0", "-n", ns, "-o", "json")
+    return dict(json.loads(out.stdout).get("status") or {})
+
+
+async def wait_status(
+    kube: kubeapi.KubeAPIServer,
+    ns: str,
+    ok: Callable[[dict[str, Any]], bool],
+    what: str,
+    within: float = 45,
+) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+
+    async def check() -> bool:
+        seen.clear()
+        seen.update(await shard_status(kube, ns))
+        return ok(seen)
+
+    try:
+        await kubeapi.eventually(check, within=within, what=what)
+    except AssertionError as e:
+        lag = {k: v for k, v in seen.items() if k.startswith("lag") or k == "primary"}
+        raise AssertionError(f"{e}: {json.dumps(lag)}") from None
+    return seen
+
+
+async def lag_cell(kube: kubeapi.KubeAPIServer, ns: str) -> str:
+    """The LAG cell of the Shard's row in ``kubectl get shards``, after checking the header."""
+    table = await kube.kubectl_async("get", "shards", "-n", ns, "-l", f"app={APP}")
+    header, row = table.stdout.strip().splitlines()
+    names = header.split()
+    assert names == [
+        "NAME", "SHARD", "CLUSTER", "CONSUMER", "PRIMARY", "STATUS", "STANDBYS", "READY",
+        "LAG", "AGE",
+    ], table.stdout  # fmt: skip
+    # Cells are aligned under their header: the LAG cell starts where its header does.
+    start = header.index("LAG")
+    return row[start : header.index("AGE")].strip()
+
+
+def unknown(st: dict[str, Any]) -> bool:
+    return "lag" not in st and bool(st.get("lagUnknown")) and bool(st.get("lagCheckedAt"))
+
+
+async def test_shard_lag_shows_unread_bytes_then_zero_once_caught_up(
+    kube: kubeapi.KubeAPIServer,
+    namespace: str,
+    start_operator: Callable[..., Any],
+    gazette_etcd: ks_testing.EtcdServer,
+    etcd_roots: tuple[str, str],
+    tmp_path: pathlib.Path,
+) -> None:
+    broker_root, consumers_root = etcd_roots
+    brokers = testing.BrokerCluster(
+        gazette_etcd.endpoint,
+        work_dir=tmp_path / "brokers",
+        brokers=1,
+        etcd_prefix=broker_root,
+        lease="3s",
+    )
+    with brokers:
+        # The broker is found in etcd (no --broker.address).
+        start_operator(namespace, args=("--shard-lag-interval=1",))
+        try:
+            await kube.kubectl_async(
+                "apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(manifests())
+            )
+            async with brokers.channel(0) as ch:
+                await testing.wait_writable(pb2_grpc.JournalStub(ch), SOURCE)
+
+            # 1. No consumer runs: nothing to ask, and no number.
+            st = await wait_status(
+                kube,
+                namespace,
+                lambda s: unknown(s) and s["lagUnknown"] == "NO_SHARD_PRIMARY",
+                "lag unknown: NO_SHARD_PRIMARY",
+            )
+            assert "lagSources" not in st
+            assert await lag_cell(kube, namespace) == ""
+
+            async with client.JournalClient(client.ClientConfig(address=brokers[0].endpoint)) as jc:
+                body = b"".join(
+                    b'{"UUID":"00000000-0000-0000-0000-000000000000","n":%d}\n' % i
+                    for i in range(MESSAGES)
+                )
+                head = (await client.append(jc, SOURCE, body)).commit.end
+            assert head > 0
+
+            app = GatedCount()
+            args = consumer_testing.argv(
+                etcd=gazette_etcd.endpoint,
+                broker=brokers[0].endpoint,
+                prefix=f"{consumers_root}/{APP}",
+                id="consumer-0",
+                zone="zone-a",
+            )
+            async with consumer_testing.serving(args, app):
+                # 2. Held at the gate: nothing is read through, the whole journal is lag.
+                st = await wait_status(
+                    kube,
+                    namespace,
+                    lambda s: s.get("lag") == head,
+                    f"lag {head} while the consumer is held",
+                )
+                assert st["primary"] == "zone-a/consumer-0"
+                assert "lagUnknown" not in st
+                assert st["lagSources"] == [
+                    {"journal": SOURCE, "readThrough": 0, "writeHead": head, "lag": head}
+                ]
+                assert await lag_cell(kube, namespace) == str(head)
+
+                # 3. The gate opens: the shard reads everything, the lag falls to 0.
+                app.gate.set()
+                st = await wait_status(
+                    kube, namespace, lambda s: s.get("lag") == 0, "lag 0 once caught up"
+                )
+                assert st["lagSources"] == [
+                    {"journal": SOURCE, "readThrough": head, "writeHead": head, "lag": 0}
+                ]
+                assert app.seen == MESSAGES
+                assert await lag_cell(kube, namespace) == "0"
+
+            # 4. Stopped: its 0 is not shown as if it were current.
+            st = await wait_status(
+                kube, namespace, unknown, "lag unknown once the consumer stopped"
+            )
+            assert st["lagUnknown"] in ("NO_SHARD_PRIMARY", "UNAVAILABLE"), st
+            assert await lag_cell(kube, namespace) == ""
+        finally:
+            await kube.kubectl_async(
+                "delete", "shards,journals", "--all", "-n", namespace, "--wait=true", check=False
+            )
+            ks_testing.wipe_prefix(gazette_etcd.endpoint, broker_root + "/")
+            ks_testing.wipe_prefix(gazette_etcd.endpoint, consumers_root + "/")

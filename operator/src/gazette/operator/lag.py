@@ -1,0 +1,200 @@
+"""How far each Shard is behind its sources, asked of its primary, for the Shard's ``status``.
+
+Every ``interval`` seconds the controller runs a round (:meth:`LagChecker.check`) over
+the Shards it serves. Each shard's lag is computed as ``gazctl shards list --lag``
+computes it (:mod:`gazette.consumer.lag`): its primary's ``Stat`` tells the offsets
+it has read through, and each source's write head comes from a metadata-only read
+(once per journal a round, however many shards read it). What the operator adds is
+where to ask, all from etcd mirrors it keeps anyway (no etcd read per shard):
+
+* the primary is the slot-0 PRIMARY replica of the shard's assignments
+  (:mod:`gazette.operator.assignments`); its endpoint is the ``ConsumerSpec`` under
+  ``<app prefix>/members/<zone>#<suffix>``, and the Stat goes to it straight;
+* the write heads are read through ``broker_address`` when given, else through a
+  broker registered under ``<broker root>/members`` (not exiting).
+
+A shard that can't be asked (no primary, no endpoint, the Stat failed or timed out,
+a write head unknown) gets a :class:`~gazette.consumer.lag.ShardLag` whose ``error``
+says why, and :func:`gazette.operator.status.lag_status_for` shows no number for it.
+
+Usage::
+
+    checker = lag.LagChecker(lag.LagConfig(), mirrors, broker_root="/gazette/cluster")
+    found = await checker.check([lag.Target("uid-1", prefix, "shard-000", ["a/b"], primary)])
+    found["uid-1"].total
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Sequence
+
+import grpc
+
+from gazette.broker import client
+from gazette.broker import protocol as pb
+from gazette.broker.protocol import dial
+from gazette.consumer import lag as consumer_lag
+from gazette.consumer import protocol as pc
+from gazette.consumer.protocol import protocol_pb2_grpc as pc_grpc
+from gazette.operator import mirrors as mirrors_
+from gazette.operator import status
+
+__all__ = ["LagChecker", "LagConfig", "Target"]
+
+logger = logging.getLogger(__name__)
+
+_MEMBERS = "/members"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LagConfig:
+    """Tunables of the Shards' lag.
+
+    ``interval``: seconds between two rounds (0: lag is not checked, and Shards show
+    none). ``refresh``: an unchanged lag is written again (with its new
+    ``lagCheckedAt``) once its last write is this old, so a reader can tell a current
+    value from one the operator stopped checking without a write per shard per round.
+    ``stat_timeout``: seconds a primary's Stat, and a write head's read, may take.
+    ``concurrency``: shards asked at once. ``broker_address``: where write heads are
+    read ("": a broker registered in etcd).
+    """
+
+    interval: float = 15.0
+    refresh: float = 300.0
+    stat_timeout: float = consumer_lag.STAT_TIMEOUT
+    concurrency: int = 16
+    broker_address: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return self.interval > 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Target:
+    """One Shard to check: its object's uid, where its spec is, what it reads, its primary."""
+
+    uid: str
+    prefix: str
+    shard_id: str
+    journals: Sequence[str]
+    primary: status.Replica | None
+
+
+def _raw(key: str, value: bytes) -> None:
+    """Members are decoded when an endpoint is looked up, not on every change."""
+    del key, value
+
+
+class LagChecker:
+    """Rounds of lag checks over the endpoints etcd holds (see the module's docstring)."""
+
+    def __init__(
+        self,
+        config: LagConfig,
+        mirrors: mirrors_.Mirrors,
+        *,
+        broker_root: str,
+        dial_config: dial.DialConfig | None = None,
+    ) -> None:
+        self.config = config
+        self._mirrors = mirrors
+        self._broker_root = broker_root
+        self._dial = dial_config or dial.DialConfig()
+
+    def follow(self, prefix: str) -> None:
+        """Follow the members of the application at ``prefix`` (and the brokers')."""
+        self._mirrors.follow(prefix + _MEMBERS, _raw)
+        if not self.config.broker_address:
+            self._mirrors.follow(self._broker_root + _MEMBERS, _raw)
+
+    def consumer_endpoint(self, prefix: str, replica: status.Replica) -> str | None:
+        """The endpoint of consumer ``replica`` of the application at ``prefix``, if known."""
+        mirror = self._mirrors.get(prefix + _MEMBERS)
+        if mirror is None:
+            return None
+        kv = mirror.search(f"{prefix}{_MEMBERS}/{replica.zone}#{replica.suffix}")
+        if kv is None:
+            return None
+        try:
+            spec = pc.ConsumerSpec.FromString(kv.value)
+        except ValueError:  # protobuf's DecodeError: a member no consumer wrote.
+            return None
+        return spec.process_spec.endpoint or None
+
+    def broker_endpoint(self) -> str | None:
+        """Where write heads are read: the configured address, else a live broker's."""
+        if self.config.broker_address:
+            return self.config.broker_address
+        mirror = self._mirrors.get(self._broker_root + _MEMBERS)
+        if mirror is None:
+            return None
+        for kv in mirror.key_values:
+            try:
+                spec = pb.BrokerSpec.FromString(kv.value)
+            except ValueError:
+                continue
+            if not spec.exiting and spec.process_spec.endpoint:
+                return spec.process_spec.endpoint
+        return None
+
+    async def check(self, targets: Sequence[Target]) -> dict[str, consumer_lag.ShardLag]:
+        """The lag of each target, by uid: one round."""
+        if not targets:
+            return {}
+        broker = self.broker_endpoint()
+        if broker is None:
+            why = "no broker is registered in etcd (nowhere to read write heads)"
+            return {t.uid: consumer_lag.ShardLag(error=why) for t in targets}
+        channels: dict[str, grpc.aio.Channel] = {}
+        limit = asyncio.Semaphore(self.config.concurrency)
+        config = client.ClientConfig(address=broker, wait_for_ready=False)
+        async with client.JournalClient(config) as jc:
+            heads = consumer_lag.WriteHeads(jc, timeout=self.config.stat_timeout)
+
+            async def one(target: Target) -> consumer_lag.ShardLag:
+                if target.primary is None:
+                    return consumer_lag.ShardLag(error=pc.Status.Name(pc.NO_SHARD_PRIMARY))
+                endpoint = self.consumer_endpoint(target.prefix, target.primary)
+                if endpoint is None:
+                    return consumer_lag.ShardLag(
+                        error=f"primary {target.primary.member} has no endpoint in etcd"
+                    )
+                channel = channels.get(endpoint)
+                if channel is None:
+                    channel = channels[endpoint] = dial.channel(endpoint, self._dial)
+                stub = pc_grpc.ShardStub(channel)
+
+                async def stat() -> pc.StatResponse:
+                    try:
+                        resp: pc.StatResponse = await stub.Stat(
+                            pc.StatRequest(shard=target.shard_id),
+                            timeout=self.config.stat_timeout,
+                        )
+                    except grpc.aio.AioRpcError as e:
+                        raise consumer_lag.LagUnknown(dial.rpc_code(e).name) from e
+                    if resp.status != pc.OK:
+                        raise consumer_lag.LagUnknown(pc.Status.Name(resp.status))
+                    try:
+                        pc.validate(resp)
+                    except pb.ValidationError as e:
+                        raise consumer_lag.LagUnknown(f"invalid Stat response: {e}") from e
+                    return resp
+
+                async with limit:
+                    return await consumer_lag.shard_lag(
+                        stat, target.journals, heads, stat_timeout=self.config.stat_timeout
+                    )
+
+            try:
+                found = await asyncio.gather(*(one(t) for t in targets))
+            finally:
+                await heads.close()
+                for channel in channels.values():
+                    with contextlib.suppress(grpc.RpcError):
+                        await channel.close()
+        return {t.uid: f for t, f in zip(targets, found, strict=True)}
