@@ -15,7 +15,7 @@ from operator_objects import SHARD_SPEC, journal, shard
 from gazette import allocator, keyspace
 from gazette.broker import protocol as pb
 from gazette.consumer import protocol as pc
-from gazette.operator import assignments, controller, crd, mirrors, reconcile, testing
+from gazette.operator import assignments, controller, crd, lag, mirrors, reconcile, testing
 
 RECONCILE = reconcile.ReconcileConfig(broker_root="/g/cluster", consumers_root="/g/consumers")
 CONFIG = controller.ControllerConfig(
@@ -347,3 +347,85 @@ async def test_objects_of_other_clusters_and_unmanaged_ones_are_not_served() -> 
     rig.store.put(KEY, b"x")
     rig.sync()
     assert rig.ctl.pending() == (0, 0)
+
+
+def member(zone: str, suffix: str, endpoint: str, revision: int) -> keyspace.KeyValue:
+    spec = pc.ConsumerSpec(shard_limit=10)
+    spec.process_spec.id.zone, spec.process_spec.id.suffix = zone, suffix
+    spec.process_spec.endpoint = endpoint
+    key = allocator.member_key(APP, zone, suffix)
+    return keyspace.KeyValue(key, spec.SerializeToString(), revision, revision, 1)
+
+
+def broker(endpoint: str, revision: int) -> keyspace.KeyValue:
+    spec = pb.BrokerSpec(journal_limit=100)
+    spec.process_spec.id.zone, spec.process_spec.id.suffix = "zone-0", "b"
+    spec.process_spec.endpoint = endpoint
+    key = allocator.member_key("/g/cluster", "zone-0", "b")
+    return keyspace.KeyValue(key, spec.SerializeToString(), revision, revision, 1)
+
+
+def lag_of(rig: Rig, body: dict[str, Any]) -> tuple[Any, Any]:
+    st = rig.stored(body)["status"]
+    return st.get("lag"), st.get("lagUnknown")
+
+
+async def test_lag_rounds_say_why_a_shard_has_no_lag_and_settle() -> None:
+    # Where a shard can't be asked, the round says why without an RPC; the e2e test
+    # (e2e/test_operator_shard_lag.py) asks real primaries and brokers.
+    rig = Rig()
+    body = rig.add(applied_shard())
+    header = pb.Header.Etcd(cluster_id=1, member_id=1, raft_term=1, revision=10)
+    # Members of the application and brokers are followed along with the assignments.
+    members, brokers = rig.mirror(APP + "/members"), rig.mirror("/g/cluster/members")
+    assign = rig.mirror(APP + "/assign")
+    assert await rig.ctl.check_lag() == 0  # Assignments not loaded yet: nothing said.
+
+    assign.load_snapshot(header, [assignment(0, Code.PRIMARY, 9)])
+    members.load_snapshot(header, [])
+    brokers.load_snapshot(header, [])
+    assert await rig.ctl.check_lag() == 1
+    assert lag_of(rig, body) == (
+        None,
+        "no broker is registered in etcd (nowhere to read write heads)",
+    )
+    rig.ctl.observe(reconcile.SHARDS, "MODIFIED", rig.stored(body))
+    assert await rig.ctl.check_lag() == 0  # Unchanged: not written again.
+
+    # A broker, but the primary's member is not in etcd.
+    brokers.load_snapshot(header, [broker("http://127.0.0.1:1", 10)])
+    assert await rig.ctl.check_lag() == 1
+    assert lag_of(rig, body) == (None, "primary zone-0/c has no endpoint in etcd")
+    assert rig.stored(body)["status"]["lagCheckedAt"] == "2030-01-02T00:00:00Z"
+
+    # No primary: NO_SHARD_PRIMARY, as a consumer would answer.
+    rig.ctl.observe(reconcile.SHARDS, "MODIFIED", rig.stored(body))
+    assign.load_snapshot(header, [assignment(0, Code.BACKFILL, 11)])
+    members.load_snapshot(header, [member("zone-0", "c", "http://127.0.0.1:1", 11)])
+    assert await rig.ctl.check_lag() == 1
+    assert lag_of(rig, body) == (None, "NO_SHARD_PRIMARY")
+
+
+async def test_lag_of_a_shard_whose_spec_is_not_its_own_is_unknown() -> None:
+    rig = Rig()
+    cond = {
+        "type": "Applied",
+        "status": "False",
+        "reason": "InvalidSpec",
+        "message": "bad",
+        "lastTransitionTime": "2030-01-01T00:00:00Z",
+    }
+    body = rig.add(shard(status={"conditions": [cond]}))
+    assert await rig.ctl.check_lag() == 1
+    assert lag_of(rig, body) == (None, "the spec is not in etcd")
+
+
+async def test_lag_checks_off_follow_no_members() -> None:
+    rig = Rig(
+        controller.ControllerConfig(
+            reconcile=RECONCILE, settle_delay=0, lag=lag.LagConfig(interval=0)
+        )
+    )
+    rig.add(applied_shard())
+    assert rig.views.mirrors.get(APP + "/members") is None
+    assert rig.views.mirrors.get("/g/cluster/members") is None
