@@ -392,8 +392,10 @@ async def test_lag_rounds_say_why_a_shard_has_no_lag_and_settle() -> None:
     rig.ctl.observe(reconcile.SHARDS, "MODIFIED", rig.stored(body))
     assert await rig.ctl.check_lag() == 0  # Unchanged: not written again.
 
-    # A broker, but the primary's member is not in etcd.
+    # A broker, but the primary's member is not in etcd (only a value no consumer wrote).
     brokers.load_snapshot(header, [broker("http://127.0.0.1:1", 10)])
+    garbage = member("zone-0", "c", "", 10)
+    members.load_snapshot(header, [keyspace.KeyValue(garbage.key, b"\xff\xff", 10, 10, 1)])
     assert await rig.ctl.check_lag() == 1
     assert lag_of(rig, body) == (None, "primary zone-0/c has no endpoint in etcd")
     assert rig.stored(body)["status"]["lagCheckedAt"] == "2030-01-02T00:00:00Z"

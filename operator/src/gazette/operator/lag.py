@@ -33,6 +33,7 @@ import logging
 from collections.abc import Sequence
 
 import grpc
+from google.protobuf import message as pbmessage
 
 from gazette.broker import client
 from gazette.broker import protocol as pb
@@ -122,7 +123,7 @@ class LagChecker:
             return None
         try:
             spec = pc.ConsumerSpec.FromString(kv.value)
-        except ValueError:  # protobuf's DecodeError: a member no consumer wrote.
+        except pbmessage.DecodeError:  # A member no consumer wrote.
             return None
         return spec.process_spec.endpoint or None
 
@@ -136,7 +137,7 @@ class LagChecker:
         for kv in mirror.key_values:
             try:
                 spec = pb.BrokerSpec.FromString(kv.value)
-            except ValueError:
+            except pbmessage.DecodeError:
                 continue
             if not spec.exiting and spec.process_spec.endpoint:
                 return spec.process_spec.endpoint
