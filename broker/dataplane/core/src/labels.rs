@@ -62,6 +62,56 @@ pub fn label_set_ext(spec: &JournalSpec) -> LabelSet {
     LabelSet { labels }
 }
 
+/// The runs of a name in two sorted label lists, joined on the name: each item is
+/// (`lhs` run, `rhs` run), either empty where only the other has the name.
+fn join<'a>(lhs: &'a [Label], rhs: &'a [Label]) -> Vec<(&'a [Label], &'a [Label])> {
+    let (mut l, mut r) = (0, 0);
+    let mut out = Vec::new();
+    while l < lhs.len() || r < rhs.len() {
+        let order = match (lhs.get(l), rhs.get(r)) {
+            (None, _) => std::cmp::Ordering::Greater,
+            (_, None) => std::cmp::Ordering::Less,
+            (Some(a), Some(b)) => a.name.cmp(&b.name),
+        };
+        let run = |labels: &[Label], at: usize| {
+            let name = &labels[at].name;
+            at + labels[at..].iter().take_while(|x| &x.name == name).count()
+        };
+        let le = if order.is_le() { run(lhs, l) } else { l };
+        let re = if order.is_ge() { run(rhs, r) } else { r };
+        out.push((&lhs[l..le], &rhs[r..re]));
+        (l, r) = (le, re);
+    }
+    out
+}
+
+fn values_equal(a: &[Label], b: &[Label]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.value == y.value)
+}
+
+/// Every name of `a` or `b`; where both have a name, `a`'s values win (an
+/// append's `union_registers`).
+pub fn union(a: &LabelSet, b: &LabelSet) -> LabelSet {
+    let labels = join(&a.labels, &b.labels)
+        .into_iter()
+        .flat_map(|(l, r)| if l.is_empty() { r } else { l })
+        .cloned()
+        .collect();
+    LabelSet { labels }
+}
+
+/// The names of `a` whose values are not exactly those of `b` (an append's
+/// `subtract_registers`).
+pub fn subtract(a: &LabelSet, b: &LabelSet) -> LabelSet {
+    let labels = join(&a.labels, &b.labels)
+        .into_iter()
+        .filter(|(l, r)| !values_equal(l, r))
+        .flat_map(|(l, _)| l)
+        .cloned()
+        .collect();
+    LabelSet { labels }
+}
+
 /// Whether `selector` selects every journal (it names no label at all).
 pub fn selects_all(selector: &LabelSelector) -> bool {
     let empty = |s: &Option<LabelSet>| s.as_ref().is_none_or(|s| s.labels.is_empty());
@@ -141,5 +191,41 @@ mod tests {
         assert!(matches(&sel(&[("name", "a/", true)], &[]), &ext));
         assert!(selects_all(&LabelSelector::default()));
         assert!(!selects_all(&sel(&[], &[("x", "", false)])));
+    }
+}
+
+#[cfg(test)]
+mod set_tests {
+    use super::*;
+
+    fn set(pairs: &[(&str, &str)]) -> LabelSet {
+        LabelSet {
+            labels: pairs
+                .iter()
+                .map(|(n, v)| Label {
+                    name: (*n).into(),
+                    value: (*v).into(),
+                    prefix: false,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn union_keeps_every_name_and_the_left_values() {
+        let a = set(&[("a", "1"), ("c", "3"), ("c", "4")]);
+        let b = set(&[("a", "9"), ("b", "2"), ("d", "5")]);
+        let want = set(&[("a", "1"), ("b", "2"), ("c", "3"), ("c", "4"), ("d", "5")]);
+        assert_eq!(union(&a, &b), want);
+        assert_eq!(union(&LabelSet::default(), &b), b);
+    }
+
+    #[test]
+    fn subtract_drops_names_whose_values_are_exactly_the_others() {
+        let a = set(&[("a", "1"), ("b", "2"), ("c", "3"), ("c", "4")]);
+        let b = set(&[("a", "1"), ("b", "9"), ("c", "3")]);
+        // a=1 matches exactly; b differs; c has other values (a run of two vs one).
+        assert_eq!(subtract(&a, &b), set(&[("b", "2"), ("c", "3"), ("c", "4")]));
+        assert_eq!(subtract(&a, &a), LabelSet::default());
     }
 }

@@ -6,6 +6,7 @@
 //! path (issue 28). Whatever it does not serve natively it forwards, unchanged, to
 //! the Python gRPC server on a private Unix socket.
 
+pub mod append;
 pub mod auth;
 pub mod claims;
 pub mod disk;

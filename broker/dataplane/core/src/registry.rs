@@ -93,7 +93,7 @@ pub struct Query<'a> {
 }
 
 /// The outcome of resolving a journal.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Resolution {
     /// A `protocol::Status` value.
     pub status: i32,

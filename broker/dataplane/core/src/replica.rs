@@ -33,6 +33,8 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify, OwnedMutexGuard};
 
 use crate::disk::AsyncSpool;
+use crate::flow::FlowState;
+use crate::pipeline::{id_str, Pipeline};
 use crate::protocol::{process_spec, Fragment, LabelSet, ReplicateRequest};
 use crate::spool::files::SpoolFile;
 use crate::spool::{LocalFragment, Spool, SpoolConfig, SpoolObserver};
@@ -44,6 +46,10 @@ pub const DOUBT_DELAY: Duration = Duration::from_secs(5);
 
 /// How long a stopping primary waits to record where its journal goes on.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a journal must be quiet after an answered append before its replicas
+/// are told that the append is confirmed (see [`Replica::tell_confirmed_soon`]).
+pub const CONFIRM_DELAY: Duration = Duration::from_millis(20);
 
 /// A boxed future, as the host's async methods return.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -282,6 +288,11 @@ impl Keeper {
 /// holder's until [`Replica::return_spool`] (dropping it gives it back as it is).
 pub type HeldSpool = OwnedMutexGuard<Arc<AsyncSpool>>;
 
+/// The slot of a primary's pipeline, as its holder has it: one append sends at a
+/// time. None inside: no pipeline yet (or the last one failed); the holder leaves
+/// the pipeline the next append is to use.
+pub type HeldPipeline = OwnedMutexGuard<Option<Arc<Pipeline>>>;
+
 /// How a replica is made; shared by every replica of a broker.
 #[derive(Clone)]
 pub struct ReplicaConfig {
@@ -307,10 +318,15 @@ pub struct Replica {
     host: Arc<dyn ReplicaHost>,
     keeper: Arc<Keeper>,
     slot: Arc<tokio::sync::Mutex<Arc<AsyncSpool>>>,
+    pipeline: Arc<tokio::sync::Mutex<Option<Arc<Pipeline>>>>,
+    /// The journal's append flow control: balance and clock carry over between
+    /// appends (held by the append that streams content).
+    pub flow: tokio::sync::Mutex<FlowState>,
     flush: Notify,
+    confirm: Notify,
     stopping: watch::Sender<bool>,
-    // The slot, kept by shutdown so that nothing holds the spool again.
-    retired: Mutex<Option<HeldSpool>>,
+    // The slots, kept by shutdown so that nothing holds them again.
+    retired: Mutex<Option<(HeldSpool, HeldPipeline)>>,
 }
 
 impl fmt::Debug for Replica {
@@ -353,7 +369,10 @@ impl Replica {
             host,
             keeper,
             slot: Arc::new(tokio::sync::Mutex::new(Arc::new(AsyncSpool::new(spool)))),
+            pipeline: Arc::new(tokio::sync::Mutex::new(None)),
+            flow: tokio::sync::Mutex::new(FlowState::default()),
             flush: Notify::new(),
+            confirm: Notify::new(),
             stopping: watch::Sender::new(false),
             retired: Mutex::new(None),
         })
@@ -378,6 +397,50 @@ impl Replica {
     /// [`stopped`](Self::stopped): a stopped replica never gives its spool out again.
     pub async fn hold_spool(&self) -> HeldSpool {
         self.slot.clone().lock_owned().await
+    }
+
+    /// Takes the pipeline's slot, waiting while another append holds it. Callers
+    /// race it as [`hold_spool`](Self::hold_spool)'s.
+    pub async fn hold_pipeline(&self) -> HeldPipeline {
+        self.pipeline.clone().lock_owned().await
+    }
+
+    /// The pipeline's slot if no append holds it now.
+    pub fn try_hold_pipeline(&self) -> Option<HeldPipeline> {
+        self.pipeline.clone().try_lock_owned().ok()
+    }
+
+    /// The journal's route is now of `members`: a peer of the pipeline that left
+    /// it is no longer waited on. The appends behind it fail now rather than at
+    /// the pipeline's timeout (a member cut off by a partition neither answers nor
+    /// fails), and the next append builds a pipeline over the new route.
+    pub fn route_members(&self, members: &[process_spec::Id]) {
+        // An append holding the slot re-resolves anyway; an idle pipeline is
+        // interrupted here (its next append then fails fast and rebuilds).
+        let Some(slot) = self.try_hold_pipeline() else {
+            return;
+        };
+        let Some(pln) = slot.as_ref() else {
+            return;
+        };
+        let gone: Vec<String> = pln
+            .members()
+            .iter()
+            .filter(|m| !members.contains(m))
+            .map(id_str)
+            .collect();
+        if !gone.is_empty() {
+            pln.interrupt(format!(
+                "{} left the route of {}",
+                gone.join(", "),
+                self.journal
+            ));
+        }
+    }
+
+    /// An append's commit is confirmed: tell the replicas once the pipeline idles.
+    pub fn tell_confirmed_soon(&self) {
+        self.confirm.notify_one();
     }
 
     /// Gives back a spool a Replicate stream held, rolling back uncommitted content.
@@ -464,13 +527,53 @@ impl Replica {
         tokio::select! {
             () = stopped => {}
             () = self.flush_daemon() => {}
+            () = self.confirm_daemon() => {}
         }
         self.shut_down().await;
+    }
+
+    /// Tells the replicas of an idle pipeline that its last commit is confirmed.
+    ///
+    /// A replica learns it from the next proposal, which on an idle journal may not
+    /// come for long: if the primary then died, the replicas would hold its last
+    /// acknowledged append back until a new route took it on from them. So once
+    /// the journal was quiet for [`CONFIRM_DELAY`] after an answered append, an
+    /// idle pipeline repeats its fragment as a proposal that asks no answer (a
+    /// no-op for any spool, Gazette's included). Off the path of appends: a busy
+    /// journal's next proposal says it anyway.
+    async fn confirm_daemon(&self) {
+        loop {
+            self.confirm.notified().await;
+            // Until the journal was quiet for a moment (a next append says it too).
+            while tokio::time::timeout(CONFIRM_DELAY, self.confirm.notified())
+                .await
+                .is_ok()
+            {}
+            let Some(slot) = self.try_hold_pipeline() else {
+                continue; // An append holds it: its own proposal says as much.
+            };
+            if let Some(pln) = slot.as_ref() {
+                pln.confirm_replicas().await;
+            }
+        }
+    }
+
+    /// Closes the idle pipeline, if any: it holds the spool, and its replicas'
+    /// streams hold theirs.
+    async fn close_pipeline(&self) {
+        let mut slot = self.hold_pipeline().await;
+        if let Some(pln) = slot.take() {
+            close_pipeline(&pln, &self.journal).await;
+        }
     }
 
     async fn flush_daemon(&self) {
         loop {
             self.flush.notified().await;
+            // A primary's idle pipeline holds the spool: close it (the next append
+            // builds a new one), which also ends the replicas' streams so that they
+            // can flush too.
+            self.close_pipeline().await;
             let held = self.hold_spool().await;
             if held.content_length() != 0 {
                 let spec = held.spec();
@@ -488,6 +591,9 @@ impl Replica {
     }
 
     async fn shut_down(&self) {
+        self.close_pipeline().await;
+        // Kept, not given back: no append builds a pipeline here again.
+        let pipeline = self.hold_pipeline().await;
         let held = self.hold_spool().await;
         // Where what we publish ends: content past it (an append whose
         // acknowledgements never came) is quarantined below, so the journal must go
@@ -516,7 +622,18 @@ impl Replica {
             }
         }
         // Kept, not given back: nothing may use this replica's spool again.
-        *lock(&self.retired) = Some(held);
+        *lock(&self.retired) = Some((held, pipeline));
+    }
+}
+
+/// Closes a pipeline with its EOF handshake, or aborts it if that takes too long.
+pub async fn close_pipeline(pln: &Pipeline, journal: &str) {
+    if tokio::time::timeout(SHUTDOWN_TIMEOUT, pln.shutdown(false))
+        .await
+        .is_err()
+    {
+        tracing::warn!("pipeline of {journal} did not close in time; aborting it");
+        pln.abort().await;
     }
 }
 
@@ -622,6 +739,7 @@ impl ReplicaSet {
                 Some((rep, members)) => {
                     rep.primary.store(a.primary, Ordering::Release);
                     if members != a.members {
+                        rep.route_members(&a.members);
                         changed.push(a.journal.clone());
                     }
                     rep

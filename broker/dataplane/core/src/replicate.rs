@@ -365,4 +365,4 @@ async fn watch_route(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -27,25 +27,25 @@ use crate::replica::{
 use crate::service::NativeJournal;
 use crate::spool::{LocalFragment, NullObserver, Spool, SpoolConfig};
 
-const JOURNAL: &str = "a/journal";
+pub(crate) const JOURNAL: &str = "a/journal";
 const PROMPTLY: Duration = Duration::from_secs(10);
 
-fn id(zone: &str, suffix: &str) -> process_spec::Id {
+pub(crate) fn id(zone: &str, suffix: &str) -> process_spec::Id {
     process_spec::Id {
         zone: zone.into(),
         suffix: suffix.into(),
     }
 }
 
-fn primary() -> process_spec::Id {
+pub(crate) fn primary() -> process_spec::Id {
     id("a", "primary")
 }
 
-fn local() -> process_spec::Id {
+pub(crate) fn local() -> process_spec::Id {
     id("b", "replica")
 }
 
-fn etcd(revision: i64) -> header::Etcd {
+pub(crate) fn etcd(revision: i64) -> header::Etcd {
     header::Etcd {
         cluster_id: 1,
         member_id: 2,
@@ -55,11 +55,11 @@ fn etcd(revision: i64) -> header::Etcd {
 }
 
 /// A completed fragment as handed over: (begin, end, confirmed end, at once, held).
-type Handed = (i64, i64, i64, bool, bool);
+pub(crate) type Handed = (i64, i64, i64, bool, bool);
 
 #[derive(Default)]
-struct Host {
-    commits: Mutex<Vec<(i64, i64)>>,
+pub(crate) struct Host {
+    pub(crate) commits: Mutex<Vec<(i64, i64)>>,
     completed: Mutex<Vec<Handed>>,
 }
 
@@ -83,24 +83,24 @@ impl ReplicaHost for Host {
 }
 
 impl Host {
-    fn completed(&self) -> Vec<Handed> {
+    pub(crate) fn completed(&self) -> Vec<Handed> {
         self.completed.lock().unwrap().clone()
     }
 }
 
 /// A broker serving the replica end on loopback, assigned [`JOURNAL`] as a replica.
-struct Broker {
-    registry: Arc<Registry>,
-    replicas: Arc<ReplicaSet>,
-    host: Arc<Host>,
+pub(crate) struct Broker {
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) replicas: Arc<ReplicaSet>,
+    pub(crate) host: Arc<Host>,
     lease_lost: Arc<Mutex<Option<String>>>,
-    endpoint: String,
+    pub(crate) endpoint: String,
     dir: tempfile::TempDir,
     served: tokio::task::JoinHandle<()>,
 }
 
 impl Broker {
-    async fn start() -> Broker {
+    pub(crate) async fn start() -> Broker {
         let dir = tempfile::tempdir().unwrap();
         let host = Arc::new(Host::default());
         let config = ReplicaConfig {
@@ -147,7 +147,7 @@ impl Broker {
 
     /// Publishes the journal's route at `revision`, and assigns it here when the
     /// route has this broker.
-    fn publish(&self, revision: i64, members: Vec<process_spec::Id>, primary: i32) {
+    pub(crate) fn publish(&self, revision: i64, members: Vec<process_spec::Id>, primary: i32) {
         let spec = JournalSpec {
             name: JOURNAL.into(),
             replication: members.len() as i32,
@@ -189,7 +189,7 @@ impl Broker {
         });
     }
 
-    fn replica(&self) -> Arc<Replica> {
+    pub(crate) fn replica(&self) -> Arc<Replica> {
         self.replicas.get(JOURNAL).unwrap()
     }
 
@@ -216,7 +216,7 @@ impl Broker {
         }
     }
 
-    async fn stop(self) {
+    pub(crate) async fn stop(self) {
         tokio::time::timeout(PROMPTLY, self.replicas.stop_all())
             .await
             .expect("replicas stop");
@@ -224,7 +224,7 @@ impl Broker {
     }
 }
 
-fn empty() -> Fragment {
+pub(crate) fn empty() -> Fragment {
     Fragment {
         journal: JOURNAL.into(),
         compression_codec: CompressionCodec::None as i32,
@@ -232,7 +232,7 @@ fn empty() -> Fragment {
     }
 }
 
-fn fragment(begin: i64, end: i64, content: &[u8]) -> Fragment {
+pub(crate) fn fragment(begin: i64, end: i64, content: &[u8]) -> Fragment {
     use sha1::{Digest, Sha1};
     let digest: [u8; 20] = Sha1::digest(content).into();
     Fragment {
@@ -335,7 +335,7 @@ async fn eventually(what: &str, check: impl Fn() -> bool) {
     }
 }
 
-fn loopback_dial() -> Dial {
+pub(crate) fn loopback_dial() -> Dial {
     Arc::new(|_: &process_spec::Id, endpoint: &str| {
         Ok(JournalClient::new(
             Endpoint::from_shared(endpoint.to_owned())?.connect_lazy(),

@@ -1,0 +1,820 @@
+//! The append state machine: the Rust port of the Python
+//! `gazette.broker.server.append_fsm` (after Gazette's `broker/append_fsm.go`).
+//!
+//! An append converges towards a synchronised replication pipeline before it may
+//! stream content, and goes back to resolving whenever the journal's topology moves
+//! under it:
+//!
+//! ```text
+//!     Resolve -> AcquirePipeline -> StartPipeline -> SendPipelineSync
+//!       -> RecvPipelineSync -> UpdateAssignments -> AwaitDesiredReplicas
+//!       -> ValidatePreconditions -> (UpdateSuspend) -> StreamContent
+//!       -> ReadAcknowledgements -> Finished
+//!     terminal alternatives: Error (a status and/or an error), Proxy
+//! ```
+//!
+//! Each state has one `on_<state>` method that leaves the machine in the next;
+//! [`AppendFsm::run_to`] drives to a target and tests step one transition at a
+//! time. The content phase (StreamContent, ReadAcknowledgements) is in
+//! [`content`]. What the machine needs of the Python broker (etcd transactions,
+//! the fragment index and stores, fences) it asks through [`AppendDeps`]; the
+//! registry, replicas, spools and pipelines are this crate's.
+
+mod content;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use sha1::Sha1;
+use tokio::sync::Notify;
+use tonic::metadata::MetadataMap;
+use tonic::Status as RpcStatus;
+
+use crate::claims::Claims;
+use crate::flow::{FlowClock, FlowLimits};
+use crate::labels;
+use crate::pipeline::{Dial, Pipeline, REPLICATION_TIMEOUT};
+use crate::protocol::{
+    append_request, journal_spec, AppendRequest, Fragment, JournalSpec, LabelSet, ReplicateRequest,
+    Status,
+};
+use crate::registry::{Query, Registry, Resolution, ResolveError};
+use crate::replica::{BoxFuture, HeldPipeline, Replica, ReplicaSet};
+
+/// Client content is coalesced into Replicate content messages of about this many
+/// bytes: gRPC's cost is mostly per message. Well below the 4 MiB default message
+/// limit; a client chunk larger than this is forwarded alone.
+pub const REPLICATE_CONTENT_BYTES: usize = 256 * 1024;
+/// A journal's flush interval unless its spec sets one.
+pub const DEFAULT_FLUSH_INTERVAL_S: i64 = 24 * 3600;
+
+/// The states of an append.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    Resolve,
+    AcquirePipeline,
+    StartPipeline,
+    SendPipelineSync,
+    RecvPipelineSync,
+    UpdateAssignments,
+    AwaitDesiredReplicas,
+    ValidatePreconditions,
+    UpdateSuspend,
+    /// Semi-terminal: needs the client's content.
+    StreamContent,
+    ReadAcknowledgements,
+    Error,
+    Proxy,
+    Finished,
+}
+
+impl State {
+    pub fn is_terminal(self) -> bool {
+        matches!(self, State::Error | State::Proxy | State::Finished)
+    }
+}
+
+/// What the fragment index says of a journal (the Python broker lists the stores).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct IndexSummary {
+    /// Whether the index has loaded its first store listing.
+    pub first_refresh_done: bool,
+    /// The lowest begin and highest end of its fragments, local and stored.
+    pub begin: i64,
+    pub end: i64,
+    /// The newest modification time (seconds) of a stored fragment (0: none).
+    pub mod_time: i64,
+}
+
+/// What an append needs of its broker that this crate does not own: etcd, the
+/// fragment index and stores, fences and head recovery (all Python's).
+pub trait AppendDeps: Send + Sync + 'static {
+    fn flow_limits(&self) -> FlowLimits;
+    /// Dials the pipeline's peers.
+    fn dial(&self) -> Dial;
+    /// Metadata of this broker's Replicate calls for `journal` (its own token).
+    fn peer_metadata(&self, journal: &str) -> MetadataMap;
+    /// The replication the journal wants now (suspension lowers it).
+    fn desired_replication(&self, spec: &JournalSpec) -> usize;
+    /// Writes the route into the journal's assignments; the revision to read through.
+    fn update_assignments(&self, res: &Resolution) -> BoxFuture<Result<i64, String>>;
+    /// Writes `spec` (a suspension change); the revision to read through.
+    fn update_journal_spec(
+        &self,
+        res: &Resolution,
+        spec: JournalSpec,
+    ) -> BoxFuture<Result<i64, String>>;
+    /// Whether the journal has no store, or its primary store is healthy now.
+    fn store_healthy(&self, spec: &JournalSpec) -> bool;
+    /// Waits for the primary store's health check; the failure, if any.
+    fn await_store_health(&self, spec: &JournalSpec) -> BoxFuture<Option<String>>;
+    fn index(&self, journal: &str) -> IndexSummary;
+    /// Completes once the index loaded its first store listing.
+    fn wait_first_refresh(&self, journal: &str) -> BoxFuture<()>;
+    /// Whether the primary may resume at `index_end` > `spool_end` (a head gap
+    /// seen long enough: Python's `Replica.head_recovery_ready`).
+    fn head_recovery_ready(&self, journal: &str, spool_end: i64, index_end: i64) -> bool;
+    /// Refuses the journal's head gap until it is reset (logged once).
+    fn refuse_head_gap(&self, journal: &str, spool_end: i64, index_end: i64, why: &str);
+    /// The primary found its spool at the index end: forget a pending head gap.
+    fn head_gap_closed(&self, journal: &str);
+    /// Where a journal whose spools trail its stored fragments goes on (None: refuse).
+    fn head_resumes_at(
+        &self,
+        journal: &str,
+        index_end: i64,
+    ) -> BoxFuture<Result<Option<i64>, String>>;
+    /// Raises the journal's acknowledgement fence to cover `end`; None when it does
+    /// already (or no fence is kept). Err: why it could not be raised.
+    fn cover_fence(&self, journal: &str, end: i64) -> Option<BoxFuture<Result<(), String>>>;
+}
+
+/// Where an append runs: the broker's registry and replicas, and its deps.
+#[derive(Clone)]
+pub struct AppendContext {
+    pub registry: Arc<Registry>,
+    pub replicas: Arc<ReplicaSet>,
+    pub deps: Arc<dyn AppendDeps>,
+    /// The broker's one flow-control clock (see [`FlowClock`]).
+    pub flow_clock: FlowClock,
+}
+
+fn cancelled() -> RpcStatus {
+    RpcStatus::cancelled("context canceled")
+}
+
+fn pipeline_error(message: String) -> RpcStatus {
+    RpcStatus::unavailable(message)
+}
+
+fn resolve_error(e: ResolveError) -> RpcStatus {
+    match e {
+        ResolveError::Header(text) => RpcStatus::unknown(text),
+        ResolveError::Stopped | ResolveError::Closed => RpcStatus::unavailable(e.to_string()),
+    }
+}
+
+fn now_seconds() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// Whether the spec's flags allow appends of content.
+pub fn journal_may_write(spec: &JournalSpec) -> bool {
+    use journal_spec::Flag;
+    let flags = spec.flags;
+    flags == Flag::NotSpecified as u32
+        || flags == Flag::OWronly as u32
+        || flags == Flag::ORdwr as u32
+}
+
+/// Why the machine was told to stop early, and a way to wait for it.
+#[derive(Default)]
+pub struct Abort {
+    set: AtomicBool,
+    notify: Notify,
+}
+
+impl Abort {
+    pub fn abort(&self) {
+        self.set.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+    pub fn is_set(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
+    async fn wait(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.is_set() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// One execution of an append (an Append RPC, or a replica's pulse).
+pub struct AppendFsm {
+    ctx: AppendContext,
+    pub req: AppendRequest,
+    claims: Option<Claims>,
+    pub state: State,
+    /// The resolution the machine works with; its status is the append's.
+    pub resolved: Option<Resolution>,
+    replica: Option<Arc<Replica>>,
+    pub pln: Option<Arc<Pipeline>>,
+    pln_header: bool,
+    /// The pipeline slot we hold, with the replica it belongs to: a later
+    /// resolution may name another replica (demoted and re-created), and the
+    /// pipeline goes back where it came from.
+    slot: Option<(Arc<Replica>, HeldPipeline)>,
+    read_through_rev: i64,
+    roll_to_offset: i64,
+    roll_after_sync: bool,
+    registers: LabelSet,
+    next_suspend: Option<journal_spec::Suspend>,
+    // The content phase (see `content`).
+    client_commit: bool,
+    client_fragment: Option<Fragment>,
+    client_summer: Sha1,
+    pending: Vec<Bytes>,
+    pending_size: usize,
+    proposal: Option<Fragment>,
+    commit_sent: bool,
+    rolled_back: bool,
+    pub replicate_content_bytes: usize,
+    /// Why the append failed, when it failed with an error rather than a status.
+    pub err: Option<RpcStatus>,
+    /// Set once the client went away (or a pulse ran out of time): waits before
+    /// the content phase end in Error. Content and acknowledgements are never
+    /// interrupted half-way: that would desynchronise the pipeline.
+    pub aborted: Arc<Abort>,
+}
+
+impl AppendFsm {
+    /// A machine for the append whose first message is `req`; `claims`, when auth
+    /// is on, select the journals the client may append to.
+    pub fn new(ctx: AppendContext, req: AppendRequest, claims: Option<Claims>) -> AppendFsm {
+        AppendFsm {
+            ctx,
+            req,
+            claims,
+            state: State::Resolve,
+            resolved: None,
+            replica: None,
+            pln: None,
+            pln_header: false,
+            slot: None,
+            read_through_rev: 0,
+            roll_to_offset: 0,
+            roll_after_sync: false,
+            registers: LabelSet::default(),
+            next_suspend: None,
+            client_commit: false,
+            client_fragment: None,
+            client_summer: Sha1::default(),
+            pending: Vec::new(),
+            pending_size: 0,
+            proposal: None,
+            commit_sent: false,
+            rolled_back: false,
+            replicate_content_bytes: REPLICATE_CONTENT_BYTES,
+            err: None,
+            aborted: Arc::default(),
+        }
+    }
+
+    /// The append's status (OK until a resolution or a check says otherwise).
+    pub fn status(&self) -> i32 {
+        self.resolved
+            .as_ref()
+            .map_or(Status::Ok as i32, |r| r.status)
+    }
+
+    fn set_status(&mut self, status: Status) {
+        if let Some(res) = self.resolved.as_mut() {
+            res.status = status as i32;
+        }
+    }
+
+    fn fail(&mut self, err: RpcStatus) {
+        self.err = Some(err);
+        self.state = State::Error;
+    }
+
+    fn res(&self) -> &Resolution {
+        self.resolved.as_ref().expect("resolved")
+    }
+
+    fn spec(&self) -> Arc<JournalSpec> {
+        self.res()
+            .spec
+            .clone()
+            .expect("a resolved journal has a spec")
+    }
+
+    fn the_replica(&self) -> &Arc<Replica> {
+        self.replica.as_ref().expect("a local replica")
+    }
+
+    fn pipeline(&self) -> Arc<Pipeline> {
+        self.pln.clone().expect("a pipeline")
+    }
+
+    fn invalidated(&self) -> bool {
+        self.resolved
+            .as_ref()
+            .is_some_and(|r| r.invalidated.has_changed().unwrap_or(true))
+    }
+
+    /// Runs exactly one transition from the current (non-terminal) state.
+    pub async fn step(&mut self) {
+        if self.aborted.is_set() && self.state != State::ReadAcknowledgements {
+            self.fail(cancelled());
+            return;
+        }
+        match self.state {
+            State::Resolve => self.on_resolve().await,
+            State::AcquirePipeline => self.on_acquire_pipeline().await,
+            State::StartPipeline => self.on_start_pipeline().await,
+            State::SendPipelineSync => self.on_send_pipeline_sync().await,
+            State::RecvPipelineSync => self.on_recv_pipeline_sync().await,
+            State::UpdateAssignments => self.on_update_assignments().await,
+            State::AwaitDesiredReplicas => self.on_await_desired_replicas(),
+            State::ValidatePreconditions => self.on_validate_preconditions().await,
+            State::UpdateSuspend => self.on_update_suspend().await,
+            State::ReadAcknowledgements => self.on_read_acknowledgements().await,
+            state => panic!("step from {state:?}"),
+        }
+    }
+
+    /// Steps until `target`; false if another terminal state (or StreamContent)
+    /// comes first.
+    pub async fn run_to(&mut self, target: State) -> bool {
+        while self.state != target {
+            if self.state.is_terminal() || self.state == State::StreamContent {
+                return false;
+            }
+            self.step().await;
+        }
+        true
+    }
+
+    /// Gives back the pipeline slot we hold, leaving in it the pipeline the next
+    /// append is to use (always called once the machine is done).
+    pub fn release_pipeline(&mut self) {
+        if let Some((_, mut slot)) = self.slot.take() {
+            *slot = self.pln.clone();
+        }
+    }
+
+    /// Hard teardown when the driver could not finish (cancelled, out of time): a
+    /// pipeline we hold may be half-way through a request, so it is aborted and its
+    /// slot given back empty: the next append builds a fresh one.
+    pub async fn abandon(&mut self) {
+        if self.slot.is_some() {
+            if let Some(pln) = self.pln.take() {
+                pln.abort().await;
+            }
+            self.release_pipeline();
+        }
+    }
+
+    /// Awaits `fut` unless the resolution is invalidated or the machine aborted
+    /// first (None: interrupted; the machine then re-resolves, or stops).
+    async fn race<T>(&self, fut: impl std::future::Future<Output = T>) -> Option<T> {
+        let mut invalidated = self.res().invalidated.clone();
+        let aborted = self.aborted.clone();
+        tokio::select! {
+            out = fut => Some(out),
+            _ = invalidated.changed() => None,
+            () = aborted.wait() => None,
+        }
+    }
+
+    // -- States ---------------------------------------------------------------------
+
+    async fn on_resolve(&mut self) {
+        let min_revision = self.req.min_etcd_revision.max(self.read_through_rev);
+        let allows = self.claims.clone();
+        let authorized = allows
+            .as_ref()
+            .map(|c| move |spec: &JournalSpec| c.allows(spec));
+        let query = Query {
+            may_proxy: !self.req.do_not_proxy,
+            require_primary: true,
+            min_etcd_revision: min_revision,
+            proxy_header: self.req.header.as_ref(),
+            authorized: authorized
+                .as_ref()
+                .map(|f| f as &(dyn Fn(&JournalSpec) -> bool + Sync)),
+        };
+        let registry = self.ctx.registry.clone();
+        let resolving = registry.resolve(&self.req.journal, query);
+        let aborted = self.aborted.clone();
+        let res = tokio::select! {
+            res = resolving => res,
+            () = aborted.wait() => {
+                self.fail(cancelled());
+                return;
+            }
+        };
+        let res = match res {
+            Ok(res) => res,
+            Err(e) => return self.fail(resolve_error(e)),
+        };
+        let status = res.status();
+        let is_local = res.is_local();
+        self.resolved = Some(res);
+        let resume = self.req.suspend == append_request::Suspend::Resume as i32;
+        if status == Status::Suspended && resume {
+            let offset = self.spec().suspend.as_ref().map_or(0, |s| s.offset);
+            self.next_suspend = Some(journal_spec::Suspend {
+                level: journal_spec::suspend::Level::None as i32,
+                offset,
+            });
+            self.state = State::UpdateSuspend;
+            return;
+        }
+        if status != Status::Ok {
+            self.state = State::Error;
+            return;
+        }
+        if !is_local {
+            // A pipeline held from an earlier resolution is released: we now proxy.
+            self.pln = None;
+            self.release_pipeline();
+            self.state = State::AwaitDesiredReplicas;
+            return;
+        }
+        let Some(replica) = self.ctx.replicas.get(&self.req.journal) else {
+            let journal = self.req.journal.clone();
+            return self.fail(RpcStatus::unavailable(format!(
+                "replica of {journal} was stopped"
+            )));
+        };
+        self.replica = Some(replica.clone());
+        match &self.slot {
+            Some((held, _)) if Arc::ptr_eq(held, &replica) => {
+                self.state = State::StartPipeline;
+            }
+            Some(_) => {
+                // The replica was re-created since we took its pipeline: hand it back.
+                self.pln = None;
+                self.release_pipeline();
+                self.state = State::AcquirePipeline;
+            }
+            None => self.state = State::AcquirePipeline,
+        }
+    }
+
+    async fn on_acquire_pipeline(&mut self) {
+        let replica = self.the_replica().clone();
+        let slot = match replica.try_hold_pipeline() {
+            Some(slot) => Some(slot), // The common case: no wait, nothing to race.
+            None => self.race(replica.hold_pipeline()).await,
+        };
+        let Some(slot) = slot else {
+            self.state = State::Resolve;
+            return;
+        };
+        self.pln = slot.clone();
+        self.slot = Some((replica, slot));
+        self.state = State::StartPipeline;
+    }
+
+    async fn on_start_pipeline(&mut self) {
+        let route = self.res().header.route.clone().unwrap_or_default();
+        if let Some(pln) = &self.pln {
+            let same = pln
+                .header()
+                .route
+                .as_ref()
+                .is_some_and(|r| crate::registry::route_equivalent(r, &route));
+            if same {
+                self.registers = pln.spool().registers();
+                self.state = State::UpdateAssignments;
+                return;
+            }
+        }
+        if let Some(old) = self.pln.take() {
+            old.shutdown(false).await;
+        }
+        let replica = self.the_replica().clone();
+        let Some(held) = self.race(replica.hold_spool()).await else {
+            self.state = State::Resolve;
+            return;
+        };
+        let spool = (*held).clone();
+        self.registers = spool.registers();
+        let journal = self.req.journal.clone();
+        let pln = Pipeline::new(
+            self.res().header.clone(),
+            spool.clone(),
+            // The spool's slot is the pipeline's until it hands the spool back.
+            Box::new(move |_| drop(held)),
+            &self.ctx.deps.dial(),
+            self.ctx.deps.peer_metadata(&journal),
+            REPLICATION_TIMEOUT,
+        );
+        self.pln = Some(Arc::new(pln));
+        self.pln_header = true;
+        // A new pipeline follows a route change or a failed one: once its members
+        // agree on our fragment (its SHA-1 tells them it is the content they hold,
+        // which they may then publish), they roll their spools, so that what they
+        // hold is stored now (the primary's copy at once), not at the next roll.
+        let spec = spool.spec();
+        self.roll_after_sync = spec.begin != spec.end;
+        self.state = State::SendPipelineSync;
+    }
+
+    async fn on_send_pipeline_sync(&mut self) {
+        let pln = self.pipeline();
+        let spec = self.spec();
+        let fragment_spec = spec.fragment.clone().unwrap_or_default();
+        let now = SystemTime::now();
+        let proposal = match pln
+            .spool()
+            .maybe_roll(self.roll_to_offset, &fragment_spec, now)
+        {
+            Ok(p) => p,
+            Err(e) => return self.fail(RpcStatus::unknown(e.to_string())),
+        };
+        let mut req = ReplicateRequest {
+            proposal: Some(proposal),
+            registers: Some(self.registers.clone()),
+            acknowledge: true,
+            ..ReplicateRequest::default()
+        };
+        if self.pln_header {
+            req.header = Some(pln.header().clone());
+            req.deprecated_journal = pln.spool().journal();
+            self.pln_header = false;
+        }
+        if let Some(err) = pln.acknowledged().await {
+            // An earlier append's proposal failed at a peer.
+            self.pln = None;
+            pln.shutdown(true).await;
+            self.the_replica().request_flush();
+            return self.fail(pipeline_error(format!("sync: {err}")));
+        }
+        pln.scatter(&req).await;
+        self.state = State::RecvPipelineSync;
+    }
+
+    async fn on_recv_pipeline_sync(&mut self) {
+        let pln = self.pipeline();
+        let outcome = pln.gather_sync().await;
+        self.roll_to_offset = outcome.roll_to;
+        self.read_through_rev = outcome.read_through;
+        if let Some(err) = pln.failure() {
+            self.pln = None;
+            pln.shutdown(true).await;
+            self.the_replica().request_flush(); // A member is failing: store our copy now.
+            return self.fail(pipeline_error(format!("gatherSync: {err}")));
+        }
+        if self.roll_to_offset != 0 {
+            // A peer is further along (or at an equal offset with another fragment):
+            // everyone rolls forward to it, taking its registers.
+            if let Some(registers) = outcome.roll_registers {
+                self.registers = registers;
+            }
+            self.state = State::SendPipelineSync;
+        } else if self.read_through_rev != 0 {
+            // A peer has a newer, different route: resolve again at its revision.
+            self.pln = None;
+            pln.shutdown(false).await;
+            self.state = State::Resolve;
+        } else {
+            // Every member holds our fragment (or rolled to its end): the route goes
+            // on from our content, so what we hold is the journal's.
+            let spool = pln.spool().clone();
+            let spec = spool.spec();
+            spool.confirm(spec.end).await;
+            spool.record_confirmed(None, None, true).await;
+            self.the_replica().settle_held(spec.begin, true);
+            if self.roll_after_sync && spec.begin != spec.end {
+                self.roll_after_sync = false;
+                self.roll_to_offset = spec.end;
+                self.state = State::SendPipelineSync;
+                return;
+            }
+            self.roll_after_sync = false;
+            self.state = State::UpdateAssignments;
+        }
+    }
+
+    async fn on_update_assignments(&mut self) {
+        if self.res().consistent {
+            self.state = State::AwaitDesiredReplicas;
+            return;
+        }
+        match self.ctx.deps.update_assignments(self.res()).await {
+            Ok(revision) => {
+                self.read_through_rev = revision;
+                self.state = State::Resolve;
+            }
+            Err(e) => self.fail(RpcStatus::unknown(e)),
+        }
+    }
+
+    fn on_await_desired_replicas(&mut self) {
+        let res = self.res();
+        let route = res.header.route.as_ref();
+        let n = route.map_or(0, |r| r.members.len());
+        let desired = self.ctx.deps.desired_replication(&self.spec());
+        if n > desired {
+            // The allocator over-subscribed the journal ahead of removing a member:
+            // wait for that removal rather than replicate to (or proxy through) it.
+            self.read_through_rev = res.header.etcd.as_ref().map_or(0, |e| e.revision) + 1;
+            self.state = State::Resolve;
+        } else if n < desired {
+            self.set_status(Status::InsufficientJournalBrokers);
+            self.state = State::Error;
+        } else if !res.is_local() {
+            self.state = State::Proxy;
+        } else {
+            self.state = State::ValidatePreconditions;
+        }
+    }
+
+    async fn on_validate_preconditions(&mut self) {
+        let spec = self.spec();
+        let journal = self.req.journal.clone();
+        let deps = self.ctx.deps.clone();
+        let index = deps.index(&journal);
+        if !(index.first_refresh_done && deps.store_healthy(&spec) && !self.invalidated()) {
+            let waited = self
+                .race(await_index_and_store(&deps, &journal, &spec))
+                .await;
+            let Some(health_err) = waited else {
+                self.state = State::Resolve;
+                return;
+            };
+            if let Some(why) = health_err {
+                self.set_status(Status::FragmentStoreUnhealthy);
+                return self.fail(RpcStatus::unknown(why));
+            }
+        }
+        let index = deps.index(&journal);
+        let pln = self.pipeline();
+        let suspend = spec.suspend.unwrap_or_default();
+        let fragment = spec.fragment.clone().unwrap_or_default();
+        let flush_s = fragment
+            .flush_interval
+            .as_ref()
+            .map_or(0, |d| d.seconds)
+            .max(0);
+        let flush_s = if flush_s == 0 {
+            DEFAULT_FLUSH_INTERVAL_S
+        } else {
+            flush_s
+        };
+        let index_dirty = index.mod_time == 0 || index.mod_time > now_seconds() - flush_s;
+        let spool_spec = pln.spool().spec();
+        let spool_end = spool_spec.end;
+        let max_offset = spool_end.max(index.end);
+
+        if let Some(check) = &self.req.check_registers {
+            if !self.registers.labels.is_empty() && !labels::matches(check, &self.registers) {
+                self.set_status(Status::RegisterMismatch);
+                self.state = State::Error;
+                return;
+            }
+        }
+        if spool_end < suspend.offset {
+            self.roll_to_offset = suspend.offset;
+            self.state = State::SendPipelineSync;
+            return;
+        }
+        if spool_end != max_offset && self.req.offset == 0 && journal_may_write(&spec) {
+            if deps.head_recovery_ready(&journal, spool_end, index.end) {
+                match deps.head_resumes_at(&journal, index.end).await {
+                    Err(e) => return self.fail(RpcStatus::unknown(e)),
+                    Ok(Some(resume)) => {
+                        tracing::warn!(
+                            "journal {journal} resumes at {resume} (its persisted fragments end \
+                             at {}): content that was appended past them and never persisted \
+                             is lost",
+                            index.end
+                        );
+                        self.roll_to_offset = resume;
+                        self.state = State::SendPipelineSync;
+                        return;
+                    }
+                    Ok(None) => deps.refuse_head_gap(
+                        &journal,
+                        spool_end,
+                        index.end,
+                        "its acknowledgement fence, which tells how far appends were \
+                         acknowledged past them, can't be read (etcd denies it)",
+                    ),
+                }
+            }
+            self.set_status(Status::IndexHasGreaterOffset);
+            self.state = State::Error;
+            return;
+        }
+        if spool_end == max_offset {
+            deps.head_gap_closed(&journal);
+        }
+        if self.req.offset != 0 && self.req.offset != max_offset {
+            self.set_status(Status::WrongAppendOffset);
+            self.state = State::Error;
+            return;
+        }
+        if self.req.offset != 0 && spool_end != max_offset {
+            self.roll_to_offset = max_offset;
+            self.state = State::SendPipelineSync;
+            return;
+        }
+
+        use append_request::Suspend as Mode;
+        use journal_spec::suspend::Level;
+        let level = suspend.level;
+        let to = |level: Level| journal_spec::Suspend {
+            level: level as i32,
+            offset: spool_end,
+        };
+        let mode = self.req.suspend;
+        if mode == Mode::Resume as i32 {
+            if level != Level::None as i32 {
+                self.next_suspend = Some(to(Level::None));
+                self.state = State::UpdateSuspend;
+                return;
+            }
+        } else if mode == Mode::NoResume as i32 {
+            if level != Level::None as i32 {
+                self.set_status(Status::Suspended);
+                self.state = State::Error;
+                return;
+            }
+        } else if mode == Mode::IfFlushed as i32 || mode == Mode::Now as i32 {
+            if level != Level::Full as i32 && index.begin == index.end {
+                self.next_suspend = Some(to(Level::Full));
+                self.state = State::UpdateSuspend;
+                return;
+            }
+            if level == Level::None as i32 && (!index_dirty || mode == Mode::Now as i32) {
+                self.next_suspend = Some(to(Level::Partial));
+                // Replication drops to one, yet we likely stay primary: roll the dirty
+                // spool now so it's stored rather than held.
+                self.roll_to_offset = spool_end;
+                self.state = State::UpdateSuspend;
+                return;
+            }
+            if level == Level::Partial as i32 {
+                self.set_status(Status::Suspended);
+            }
+        }
+        // (SUSPEND_KEEP: proceed and leave suspension as it is.)
+        if spool_spec.begin == index.begin {
+            // The spool holds the journal's first known write: roll it soon, so that
+            // the stores show a "dirty" index to recovering brokers.
+            self.roll_to_offset = spool_end;
+        }
+        self.state = State::StreamContent;
+    }
+
+    async fn on_update_suspend(&mut self) {
+        let mut update = (*self.spec()).clone();
+        update.suspend = self.next_suspend.take();
+        match self
+            .ctx
+            .deps
+            .update_journal_spec(self.res(), update.clone())
+            .await
+        {
+            Ok(revision) => {
+                tracing::info!(
+                    "updated journal suspension of {} at revision {revision}: {:?}",
+                    update.name,
+                    update.suspend
+                );
+                self.read_through_rev = revision;
+                self.state = State::Resolve;
+            }
+            Err(e) => self.fail(RpcStatus::unknown(e)),
+        }
+    }
+}
+
+/// Waits for the index's first store listing and a healthy primary store,
+/// together; an unhealthy store fails at once (a store that can't be built can't
+/// be listed either).
+async fn await_index_and_store(
+    deps: &Arc<dyn AppendDeps>,
+    journal: &str,
+    spec: &JournalSpec,
+) -> Option<String> {
+    let refresh = deps.wait_first_refresh(journal);
+    let has_stores = spec.fragment.as_ref().is_some_and(|f| !f.stores.is_empty());
+    if !has_stores {
+        refresh.await;
+        return None;
+    }
+    let health = deps.await_store_health(spec);
+    tokio::pin!(refresh, health);
+    let mut refreshed = false;
+    loop {
+        tokio::select! {
+            () = &mut refresh, if !refreshed => refreshed = true,
+            err = &mut health => {
+                if err.is_some() {
+                    return err;
+                }
+                if !refreshed {
+                    refresh.await;
+                }
+                return None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
