@@ -44,6 +44,7 @@ __all__ = [
     "KubeAPI",
     "KubeClient",
     "LeaseAPI",
+    "NamespaceAPI",
     "PatchResult",
     "login",
 ]
@@ -105,6 +106,25 @@ class LeaseAPI(Protocol):
 
         Raises KubeAPIError.
         """
+        ...
+
+
+class NamespaceAPI(Protocol):
+    """What :mod:`gazette.operator.teardown` needs: whether a namespace is being deleted,
+    the objects of a kind, and a finalizer taken off one."""
+
+    async def get_namespace(self, name: str) -> dict[str, Any] | None:
+        """The Namespace object, or None when it is gone."""
+        ...
+
+    async def list_objects(self, kind: crd.Kind, namespace: str | None) -> list[dict[str, Any]]:
+        """Every object of ``kind`` in ``namespace`` (None: in every namespace)."""
+        ...
+
+    async def remove_finalizer(
+        self, kind: crd.Kind, body: Mapping[str, Any], finalizer: str
+    ) -> PatchResult:
+        """``finalizer`` off the object, as of ``body``'s resourceVersion (else CONFLICT)."""
         ...
 
 

@@ -44,7 +44,10 @@ _CONFLICT_ATTEMPTS = 5
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Released:
-    """What :func:`release_terminating` did: ``namespace/name`` of each kind's objects."""
+    """What :func:`release_terminating` did, as ``namespace/name`` of the objects:
+    ``specs_deleted`` those whose spec is out of etcd (or was never theirs to delete:
+    another object owns it, or the object is paused), ``specs_left`` those whose spec
+    etcd kept (it failed, or time ran out)."""
 
     specs_deleted: tuple[str, ...] = ()
     specs_left: tuple[str, ...] = ()
@@ -74,7 +77,7 @@ def _label(body: Mapping[str, Any]) -> str:
 
 
 async def _namespaces(
-    client: kube.KubeClient,
+    client: kube.NamespaceAPI,
     served: Sequence[str],
     kinds: Iterable[reconcile.SpecKind],
     cluster: str,
@@ -93,7 +96,7 @@ async def _namespaces(
 
 
 async def release_terminating(
-    client: kube.KubeClient,
+    client: kube.NamespaceAPI,
     store: reconcile.SpecStore,
     config: reconcile.ReconcileConfig,
     *,
@@ -140,7 +143,7 @@ class _Progress:
 
 
 async def _release(
-    client: kube.KubeClient,
+    client: kube.NamespaceAPI,
     store: reconcile.SpecStore,
     config: reconcile.ReconcileConfig,
     cluster: str,
@@ -226,7 +229,7 @@ async def _delete_spec(
 
 
 async def _remove_finalizer(
-    client: kube.KubeClient, kind: reconcile.SpecKind, body: Mapping[str, Any]
+    client: kube.NamespaceAPI, kind: reconcile.SpecKind, body: Mapping[str, Any]
 ) -> bool:
     meta = body.get("metadata") or {}
     current: Mapping[str, Any] | None = body
