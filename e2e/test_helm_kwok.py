@@ -21,6 +21,7 @@ server; then:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import collections
 import json
@@ -38,6 +39,8 @@ import yaml
 from apiserver import kubeapi
 from helm import kwokcluster, pods
 
+from gazette import keyspace
+from gazette.broker import protocol as pb
 from gazette.broker.fragment import testing as s3_testing
 from gazette.keyspace import testing as etcd_testing
 
@@ -460,3 +463,146 @@ def test_zone_from_node_with_least_rbac(
         finally:
             for broker in brokers:
                 broker.kill()
+
+
+def test_namespace_deletion_finishes_after_the_operator(
+    tools: tuple[pathlib.Path, pathlib.Path, pathlib.Path],
+    cluster: kwokcluster.KwokCluster,
+    tmp_path: pathlib.Path,
+) -> None:
+    """``kubectl delete namespace`` of a release whose Journals hold the operator's finalizer.
+
+    The namespace controller (kube-controller-manager) deletes the pods first and waits
+    for them to be gone; only then the Journals. The operator runs as a local process
+    under the chart's ServiceAccount token, and its pod is bound to a node no kwok
+    serves, so that the test plays that node's kubelet: once the pod is marked for
+    deletion it sends the operator SIGTERM, waits for it to exit, then reports the pod
+    gone. The namespace must then be gone within a minute (it hung, "Some content in
+    the namespace has finalizers remaining", before the operator released its
+    finalizers on its way out), with the Delete journal's spec, the Retain ones' left
+    in etcd.
+    """
+    helm_bin = tools[0]
+    api = cluster.api
+    node = "kubelet-of-the-test"
+    with etcd_testing.EtcdServer(work_dir=tmp_path / "gazette-etcd") as etcd:
+        api.kubectl("create", "namespace", NS)
+        values = {
+            "etcd": {"bundled": {"enabled": False}, "external": {"endpoint": etcd.endpoint}},
+            "storage": {"trialServer": {"enabled": False}},
+            "broker": {"resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}},
+        }
+        values_file = tmp_path / "values.yaml"
+        values_file.write_text(yaml.safe_dump(values), encoding="utf-8")
+        _helm(
+            helm_bin, api, "install", "gazette", str(helm.CHART), "--namespace", NS,
+            "-f", str(values_file), "--wait", "--timeout", "180s",
+        )  # fmt: skip
+        # The operator's pod onto a node of the test's (no kwok annotation: kwok, which
+        # deletes a pod at once, leaves it alone).
+        api.kubectl("create", "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}},
+        }))  # fmt: skip
+        api.kubectl(
+            "patch", "deployment", "gazette-operator", "-n", NS, "--type=merge",
+            "-p", json.dumps({"spec": {
+                "strategy": {"type": "Recreate", "rollingUpdate": None},
+                "template": {"spec": {"nodeName": node}},
+            }}),
+        )  # fmt: skip
+        selector = "app.kubernetes.io/instance=gazette,app.kubernetes.io/component=operator"
+
+        def moved() -> list[dict[str, Any]]:
+            items = cluster.get_json("pods", "-n", NS, "-l", selector)["items"]
+            ok = len(items) == 1 and items[0]["spec"].get("nodeName") == node
+            return items if ok else []
+
+        (op_pod,) = _until("the operator's pod on the test's node", moved)
+        pod_name = op_pod["metadata"]["name"]
+
+        token = api.kubectl(
+            "create", "token", "gazette-operator", "-n", NS, "--duration=1h"
+        ).stdout.strip()
+        admin = yaml.safe_load(api.kubeconfig.read_text(encoding="utf-8"))
+        admin["users"] = [{"name": "operator", "user": {"token": token}}]
+        admin["contexts"][0]["context"]["user"] = "operator"
+        op_kubeconfig = tmp_path / "operator.kubeconfig"
+        op_kubeconfig.write_text(yaml.safe_dump(admin), encoding="utf-8")
+        (op_container,) = op_pod["spec"]["containers"]
+        op_env = pods.resolve_env(op_container, pod=op_pod, secret=_secret_getter(cluster))
+        op_env["KUBECONFIG"] = str(op_kubeconfig)
+        live = etcd_testing.free_port()
+        args = [
+            f"--health.address=127.0.0.1:{live}" if a.startswith("--health.address=") else a
+            for a in op_container["args"]
+        ]
+        operator = pods.LocalProcess(
+            "operator", pods.local_command([*op_container["command"], *args]), op_env, tmp_path
+        )
+        operator.start()
+        try:
+            operator.wait_http(f"http://127.0.0.1:{live}/readyz")
+            manifests = (kubeapi.REPO / "examples" / "k8s" / "journals.yaml").read_text(
+                encoding="utf-8"
+            )
+            api.kubectl("apply", "-n", NS, "-f", "-", input=manifests)
+            names = {
+                d["spec"]["name"]: d["spec"].get("deletionPolicy", "Retain")
+                for d in yaml.safe_load_all(manifests)
+                if d
+            }
+            assert "Delete" in names.values()
+
+            def applied() -> bool:
+                journals = cluster.get_json("journals", "-n", NS)["items"]
+                held = [
+                    "gazette.dev/delete-spec" in j["metadata"].get("finalizers", [])
+                    for j in journals
+                    if j["spec"].get("deletionPolicy") == "Delete"
+                ]
+                specs = _spec_names(etcd.endpoint, op_env["ETCD_PREFIX"])
+                return len(journals) == len(names) and all(held) and len(specs) == len(names)
+
+            _until("the operator to apply the journals", applied)
+
+            t0 = time.monotonic()
+            api.kubectl("delete", "namespace", NS, "--wait=false")
+
+            def pod_terminating() -> bool:
+                pod = cluster.get_json("pod", pod_name, "-n", NS)
+                return bool(pod["metadata"].get("deletionTimestamp"))
+
+            _until("the namespace controller to delete the operator's pod", pod_terminating)
+            # The kubelet's part: SIGTERM, the exit, then the pod reported gone.
+            assert operator.terminate(timeout=30) == 0, operator.log_tail()
+        finally:
+            operator.kill()
+        api.kubectl("delete", "pod", pod_name, "-n", NS, "--grace-period=0", "--force")
+
+        def gone() -> bool:
+            return api.kubectl("get", "namespace", NS, check=False).returncode != 0
+
+        try:
+            _until("the namespace to be deleted", gone, within=60)
+        except AssertionError:
+            left = api.kubectl("get", "journals", "-n", NS, "-o", "yaml", check=False).stdout
+            ns = api.kubectl("get", "namespace", NS, "-o", "yaml", check=False).stdout
+            raise AssertionError(f"{ns}\n{left}\n{operator.log_tail()}") from None
+        print(f"\nnamespace deleted {time.monotonic() - t0:.1f}s after kubectl delete namespace")
+        specs = _spec_names(etcd.endpoint, op_env["ETCD_PREFIX"])
+        assert specs == sorted(n for n, policy in names.items() if policy != "Delete")
+
+
+def _spec_names(endpoint: str, prefix: str) -> list[str]:
+    """The names of the JournalSpecs under ``prefix``/items/ in etcd."""
+
+    async def names() -> list[str]:
+        client = await keyspace.connect(endpoint)
+        try:
+            kvs = await client.get_prefix(f"{prefix}/items/".encode())
+        finally:
+            await client.close()
+        return sorted(pb.JournalSpec.FromString(bytes(kv.value)).name for kv in kvs)
+
+    return asyncio.run(names())

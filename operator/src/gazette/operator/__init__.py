@@ -39,6 +39,8 @@ Modules:
   is stuck) and ``/metrics`` (:mod:`.metrics`).
 * :mod:`.store` — the etcd SpecStore; :mod:`.testing` — in-memory etcd and API server
   stand-ins for tests.
+* :mod:`.teardown` — on the way out, the objects of served namespaces being deleted:
+  their Delete specs removed and the finalizer taken off, so the deletion finishes.
 * :mod:`.config`, :mod:`.runner` — ``python -m gazette.operator`` and its flags.
 
 Objects carry ``gazette.dev/cluster=<cluster>`` (Shards also
@@ -46,7 +48,10 @@ Objects carry ``gazette.dev/cluster=<cluster>`` (Shards also
 ``gazette.dev/paused: "true"`` keeps the operator from writing,
 ``gazette.dev/unmanaged: "true"`` makes it ignore the object; ``spec.deletionPolicy``
 is ``Retain`` (default: no finalizer, so deletions never wait for the operator) or
-``Delete`` (a finalizer holds the object until its spec left etcd).
+``Delete`` (a finalizer holds the object until its spec left etcd). Namespaces are
+deleted pods first: a stopping operator whose served namespace is being deleted does
+that deletion before it exits (:mod:`.teardown`), so the namespace does not hang on
+its finalizers.
 
 An object that comes to name another etcd key moves its spec: relabelling a Shard's
 ``gazette.dev/consumer``, or changing the operator's ``--etcd.prefix`` or
@@ -114,6 +119,7 @@ from gazette.operator import (
     reconcile,
     status,
     store,
+    teardown,
 )
 from gazette.operator.errors import (
     InvalidSpecError,
@@ -158,4 +164,5 @@ __all__ = [
     "reconcile",
     "status",
     "store",
+    "teardown",
 ]

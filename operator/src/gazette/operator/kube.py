@@ -44,6 +44,7 @@ __all__ = [
     "KubeAPI",
     "KubeClient",
     "LeaseAPI",
+    "NamespaceAPI",
     "PatchResult",
     "login",
 ]
@@ -105,6 +106,25 @@ class LeaseAPI(Protocol):
 
         Raises KubeAPIError.
         """
+        ...
+
+
+class NamespaceAPI(Protocol):
+    """What :mod:`gazette.operator.teardown` needs: whether a namespace is being deleted,
+    the objects of a kind, and a finalizer taken off one."""
+
+    async def get_namespace(self, name: str) -> dict[str, Any] | None:
+        """The Namespace object, or None when it is gone."""
+        ...
+
+    async def list_objects(self, kind: crd.Kind, namespace: str | None) -> list[dict[str, Any]]:
+        """Every object of ``kind`` in ``namespace`` (None: in every namespace)."""
+        ...
+
+    async def remove_finalizer(
+        self, kind: crd.Kind, body: Mapping[str, Any], finalizer: str
+    ) -> PatchResult:
+        """``finalizer`` off the object, as of ``body``'s resourceVersion (else CONFLICT)."""
         ...
 
 
@@ -268,14 +288,23 @@ class KubeClient:
     # --- Leases and probes ------------------------------------------------------
 
     async def _call(
-        self, method: str, path: str, body: Mapping[str, Any] | None = None
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        *,
+        content_type: str | None = None,
     ) -> tuple[int, Any]:
         """(status, decoded JSON or None) of one request; raises KubeAPIError on transport
         failures and on statuses other than 2xx, 404 and 409."""
         session, server = await self._session_for()
+        headers = {"Content-Type": content_type} if content_type else None
         try:
             async with session.request(
-                method, f"{server}{path}", json=None if body is None else dict(body)
+                method,
+                f"{server}{path}",
+                json=None if body is None else dict(body),
+                headers=headers,
             ) as resp:
                 if resp.status in (404, 409):
                     return resp.status, None
@@ -307,6 +336,40 @@ class KubeClient:
         # Lease changed since it was read, so of two replicas racing, one wins.
         _, got = await self._call("PUT", f"{self._leases(namespace)}/{name}", lease)
         return dict(got) if got is not None else None
+
+    # --- Namespaces and finalizers (gazette.operator.teardown) -------------------
+
+    async def get_namespace(self, name: str) -> dict[str, Any] | None:
+        """The Namespace object, or None when it is gone."""
+        _, got = await self._call("GET", f"/api/v1/namespaces/{name}")
+        return dict(got) if got is not None else None
+
+    async def list_objects(self, kind: crd.Kind, namespace: str | None) -> list[dict[str, Any]]:
+        """Every object of ``kind`` in ``namespace`` (None: in every namespace)."""
+        where = f"namespaces/{namespace}/" if namespace else ""
+        _, got = await self._call("GET", f"/apis/{crd.GROUP}/{crd.VERSION}/{where}{kind.plural}")
+        return [dict(item) for item in (got or {}).get("items", [])]
+
+    async def remove_finalizer(
+        self, kind: crd.Kind, body: Mapping[str, Any], finalizer: str
+    ) -> PatchResult:
+        """Take ``finalizer`` off the object, as of the ``resourceVersion`` of ``body``:
+        CONFLICT when it changed since (re-read it and try again), GONE when it is gone."""
+        meta = body.get("metadata") or {}
+        rest = [f for f in meta.get("finalizers") or [] if f != finalizer]
+        path = (
+            f"/apis/{crd.GROUP}/{crd.VERSION}/namespaces/{meta.get('namespace')}/"
+            f"{kind.plural}/{meta.get('name')}"
+        )
+        patch = {"metadata": {"finalizers": rest, "resourceVersion": meta.get("resourceVersion")}}
+        status, _ = await self._call(
+            "PATCH", path, patch, content_type="application/merge-patch+json"
+        )
+        if status == 409:
+            return PatchResult.CONFLICT
+        if status == 404:
+            return PatchResult.GONE
+        return PatchResult.OK
 
     async def check(self) -> None:
         """``GET /version`` with the operator's credentials: raises KubeAPIError unless the

@@ -40,6 +40,7 @@ from gazette.operator import (
     leader,
     metrics,
     store,
+    teardown,
 )
 
 __all__ = ["run"]
@@ -114,7 +115,7 @@ async def run(
                         ),
                     ]
                     if not cfg.leader.enabled or await elector.acquire(stop):
-                        await _lead(cfg, specs, ctl, credentials, checks, elector, stop, ready)
+                        await _lead(cfg, specs, ctl, api, credentials, checks, elector, stop, ready)
                 finally:
                     for task in background:
                         task.cancel()
@@ -128,6 +129,7 @@ async def _lead(
     cfg: config.OperatorConfig,
     specs: store.EtcdSpecStore,
     ctl: controller.Controller,
+    api: kube.KubeClient,
     credentials: kube.Credentials,
     checks: health.Health,
     elector: leader.Elector,
@@ -137,7 +139,7 @@ async def _lead(
     checks.info["leader"] = True
     metrics.leader.set(1)
     try:
-        await _serve(cfg, specs, ctl, credentials, checks, elector, stop, ready)
+        await _serve(cfg, specs, ctl, api, credentials, checks, elector, stop, ready)
     finally:
         checks.info["leader"] = False
         metrics.leader.set(0)
@@ -149,13 +151,15 @@ async def _serve(
     cfg: config.OperatorConfig,
     specs: store.EtcdSpecStore,
     ctl: controller.Controller,
+    api: kube.KubeClient,
     credentials: kube.Credentials,
     checks: health.Health,
     elector: leader.Elector,
     stop: asyncio.Event,
     ready: asyncio.Event | None,
 ) -> None:
-    """kopf and the controller (and the Lease's renewals), until kopf stops."""
+    """kopf and the controller (and the Lease's renewals), until kopf stops; then, still
+    the leader, the objects of served namespaces being deleted (:mod:`.teardown`)."""
     quiet = handlers.QuietObservers()
     objects_log = logging.getLogger("kopf.objects")
     objects_log.addFilter(quiet)
@@ -183,6 +187,15 @@ async def _serve(
                     namespaces=cfg.namespaces,
                     stop_flag=stop,
                     ready_flag=ready,
+                )
+                # kopf returned: told to stop (a signal, or `stop`), not failed.
+                await teardown.release_terminating(
+                    api,
+                    specs,
+                    cfg.handlers.reconcile,
+                    cluster=cfg.handlers.cluster,
+                    served=() if cfg.all_namespaces else cfg.namespaces,
+                    home=cfg.leader.namespace,
                 )
             finally:
                 for task in background:

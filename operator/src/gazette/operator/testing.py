@@ -14,7 +14,9 @@ revision 0), so the reconcile rules can be unit-tested without a server::
 :class:`MemoryKube` is a :class:`~gazette.operator.kube.KubeAPI` that records status
 patches and Events, and answers a patch from a stale resourceVersion with a conflict
 like the API server does; as a :class:`~gazette.operator.kube.LeaseAPI` it keeps
-Leases the same way (``fail`` makes its calls raise KubeAPIError)::
+Leases the same way (``fail`` makes its calls raise KubeAPIError), and as a
+:class:`~gazette.operator.kube.NamespaceAPI` it lists its objects by kind, answers for
+the Namespaces in ``namespaces`` and takes finalizers off::
 
     api = testing.MemoryKube()
     api.objects[("ns", "name")] = body
@@ -100,6 +102,7 @@ class MemoryKube:
         self.event_objects: list[str] = []
         self.fail = False
         self.leases: dict[tuple[str, str], dict[str, Any]] = {}
+        self.namespaces: dict[str, dict[str, Any]] = {}
         self._version = 100
 
     def add(self, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -134,6 +137,40 @@ class MemoryKube:
     async def post_event(self, body: Mapping[str, Any], event: events.Event) -> None:
         self.events.append(event)
         self.event_objects.append(str((body.get("metadata") or {}).get("name")))
+
+    # --- Namespaces and finalizers -------------------------------------------------
+
+    async def get_namespace(self, name: str) -> dict[str, Any] | None:
+        if self.fail:
+            raise errors.KubeAPIError("the API server is unavailable (MemoryKube.fail)")
+        found = self.namespaces.get(name)
+        return copy.deepcopy(found) if found is not None else None
+
+    async def list_objects(self, kind: crd.Kind, namespace: str | None) -> list[dict[str, Any]]:
+        if self.fail:
+            raise errors.KubeAPIError("the API server is unavailable (MemoryKube.fail)")
+        return [
+            copy.deepcopy(o)
+            for (ns, _), o in sorted(self.objects.items())
+            if o.get("kind", kind.kind) == kind.kind and namespace in (None, ns)
+        ]
+
+    async def remove_finalizer(
+        self, kind: crd.Kind, body: Mapping[str, Any], finalizer: str
+    ) -> kube.PatchResult:
+        if self.fail:
+            raise errors.KubeAPIError("the API server is unavailable (MemoryKube.fail)")
+        meta = body.get("metadata") or {}
+        stored = self.objects.get((str(meta.get("namespace")), str(meta.get("name"))))
+        if stored is None:
+            return kube.PatchResult.GONE
+        if stored["metadata"].get("resourceVersion") != meta.get("resourceVersion"):
+            return kube.PatchResult.CONFLICT
+        changed = copy.deepcopy(stored)
+        rest = [f for f in changed["metadata"].get("finalizers") or [] if f != finalizer]
+        changed["metadata"]["finalizers"] = rest
+        self.add(changed)
+        return kube.PatchResult.OK
 
     # --- Leases -----------------------------------------------------------------
 
