@@ -111,16 +111,13 @@ system-packages: ## Install the Debian packages the tests need (FUSE, iproute2) 
 	  fi
 
 .PHONY: tools
-tools: system-packages $(VENV)/.installed ## Build, once, every tool the tests run (the container images of `make images`, Kubernetes binaries, helm, kwok, kind, promtool, Go Gazette, the Go message/recovery-log/consumer programs, fake-gcs-server, Azurite) into the tool cache outside the checkout; prints each with its time.
+tools: system-packages $(VENV)/.installed ## Build, once, every tool the tests run (Kubernetes binaries, helm, kwok, kind, promtool, Go Gazette, the Go message/recovery-log/consumer programs, fake-gcs-server, Azurite) into the tool cache outside the checkout; prints each with its time.
 	@step() { name=$$1; shift; t0=$$(date +%s); echo "make tools: $$name ..."; \
 	    "$$@" >/dev/null || { echo "make tools: $$name FAILED after $$(( $$(date +%s) - t0 ))s"; return 1; }; \
 	    echo "make tools: $$name ready in $$(( $$(date +%s) - t0 ))s"; }; \
 	  set -e; \
 	  if command -v npm >/dev/null; then step "Azurite (npm)" $(PY) broker/tests/fragment/emulator_servers.py; \
 	  else echo "make tools: no npm on PATH; the azure:// store tests will say so"; fi; \
-	  if python3 images/build.py --which-engine >/dev/null 2>&1; then \
-	    step "container images (make images: images/*/Dockerfile; ~45 min cold on 2 shared cores, seconds warm)" $(MAKE) -s images; \
-	  else echo "make tools: no container engine; e2e/test_images.py will say so"; fi; \
 	  command -v go >/dev/null || { echo "make tools: no go on PATH; the tests that need Go tools will say so"; exit 0; }; \
 	  step "kube-apiserver, kubectl, controller-manager, scheduler, etcd 3.6" e2e/apiserver/build.sh; \
 	  step "helm, kwok, kind" e2e/helm/build.sh "" helm kwok kind; \
@@ -176,6 +173,10 @@ native-test: ## The native data plane's own tests (cargo test, broker/dataplane)
 .PHONY: e2e
 e2e: $(VENV)/.installed ## End-to-end suites (kube-apiserver + kwok; kind where Docker runs).
 	$(PY) -m pytest -q -m e2e
+
+.PHONY: e2e-images
+e2e-images: $(VENV)/.installed ## The image tier: make images (cold ~45 min on 2 shared cores; again for broker/consumer after any data-plane change), then e2e/test_images.py.
+	$(PY) -m pytest -q -s e2e/test_images.py
 
 .PHONY: e2e-kind
 e2e-kind: $(VENV)/.installed ## Tier 2 on kind (needs Docker): make images, a 3-zone kind cluster, helm install, e2e/kind (slow).

@@ -14,8 +14,8 @@ reaches no registry assembles its Python and Rust bases itself (images/build.py)
   read-only) applies it, appends to it and reads the line back through the broker.
 
 The build is the slow part (minutes cold: the Rust data plane compiles twice, and the
-Spark image brings a JRE); ``make tools`` runs ``make images`` first, so a fresh
-machine's tests find the images warm, as they find the other tools.
+Spark image brings a JRE, and again for broker and consumer after any change of the
+data plane): the module is an e2e tier (``make e2e-images``), outside ``make test``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from gazette.keyspace import testing as etcd_testing
 REPO = pathlib.Path(__file__).resolve().parent.parent
 # A cold build (both bases, the data plane twice, the JRE) took 44 minutes on two
 # cores shared with other builds; warm, the whole module takes under a minute.
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(4200)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(4200)]
 WARM_LIMIT = 60.0
 
 
