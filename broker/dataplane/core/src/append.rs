@@ -21,6 +21,7 @@
 //! registry, replicas, spools and pipelines are this crate's.
 
 mod content;
+pub mod proxy;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -94,8 +95,9 @@ pub trait AppendDeps: Send + Sync + 'static {
     fn flow_limits(&self) -> FlowLimits;
     /// Dials the pipeline's peers.
     fn dial(&self) -> Dial;
-    /// Metadata of this broker's Replicate calls for `journal` (its own token).
-    fn peer_metadata(&self, journal: &str) -> MetadataMap;
+    /// Metadata of this broker's calls to peers for `journal` needing `capability`
+    /// (its own token, narrowed to the journal).
+    fn peer_metadata(&self, journal: &str, capability: u32) -> MetadataMap;
     /// The replication the journal wants now (suspension lowers it).
     fn desired_replication(&self, spec: &JournalSpec) -> usize;
     /// Writes the route into the journal's assignments; the revision to read through.
@@ -186,6 +188,11 @@ impl Abort {
     pub fn is_set(&self) -> bool {
         self.set.load(Ordering::Acquire)
     }
+    /// Completes once the append is aborted.
+    pub async fn wait_public(&self) {
+        self.wait().await;
+    }
+
     async fn wait(&self) {
         loop {
             let notified = self.notify.notified();
@@ -266,6 +273,16 @@ impl AppendFsm {
             err: None,
             aborted: Arc::default(),
         }
+    }
+
+    /// The client's content as committed (its span and SHA-1), once it streamed.
+    pub fn client_fragment(&self) -> Option<&Fragment> {
+        self.client_fragment.as_ref()
+    }
+
+    /// The journal's registers as the append leaves them.
+    pub fn registers(&self) -> &LabelSet {
+        &self.registers
     }
 
     /// The append's status (OK until a resolution or a check says otherwise).
@@ -498,7 +515,9 @@ impl AppendFsm {
             // The spool's slot is the pipeline's until it hands the spool back.
             Box::new(move |_| drop(held)),
             &self.ctx.deps.dial(),
-            self.ctx.deps.peer_metadata(&journal),
+            self.ctx
+                .deps
+                .peer_metadata(&journal, crate::claims::capability::REPLICATE),
             REPLICATION_TIMEOUT,
         );
         self.pln = Some(Arc::new(pln));

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::append::{AppendContext, AppendFsm, State};
 use crate::auth::Gate;
 use crate::claims::{capability, Claims};
 use crate::protocol::journal_server::Journal;
@@ -26,9 +27,15 @@ type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 /// How many answers of a stream may wait for the client before the server waits.
 const ANSWERS_BUFFERED: usize = 32;
 
+/// How long an append whose client went away may take to finish on its own before
+/// its pipeline is torn down (the Python `ABORT_GRACE`).
+pub const ABORT_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The natively served part of a broker's `protocol.Journal` service.
 pub struct NativeJournal {
     pub replicator: Arc<Replicator>,
+    /// Where appends run (None: Append is not served here).
+    pub appends: Option<AppendContext>,
     /// The broker's keys (None: auth is off, every request goes through).
     pub gate: Option<Arc<Gate>>,
 }
@@ -54,6 +61,15 @@ impl NativeJournal {
                 .map_err(Status::unauthenticated)?;
         }
         Ok(claims)
+    }
+}
+
+/// Aborts an append when the RPC's handler is dropped (its client went away).
+struct AbortOnDrop(Arc<crate::append::Abort>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -101,9 +117,114 @@ impl Journal for NativeJournal {
 
     async fn append(
         &self,
-        _: Request<Streaming<AppendRequest>>,
+        req: Request<Streaming<AppendRequest>>,
     ) -> Result<Response<AppendResponse>, Status> {
-        Err(not_here("Append"))
+        let Some(ctx) = self.appends.clone() else {
+            return Err(not_here("Append"));
+        };
+        let claims = self.claims(&req, capability::APPEND)?;
+        let mut requests = req.into_inner();
+        let first = match requests.message().await? {
+            None => return Err(Status::unknown("append stream: unexpected EOF")),
+            Some(first) => first,
+        };
+        if first.journal.is_empty() {
+            // A content chunk is a valid message, but the first must name its journal.
+            return Err(Status::invalid_argument(
+                "Journal: invalid length (0; expected 4 <= length <= 512)",
+            ));
+        }
+        // The append runs on a task of its own: a client that goes away aborts it,
+        // and it gets ABORT_GRACE to leave its pipeline in order before it is torn
+        // down; it never stops half-way through content or acknowledgements.
+        let mut fsm = AppendFsm::new(ctx.clone(), first, claims);
+        let aborted = fsm.aborted.clone();
+        let _abort_on_drop = AbortOnDrop(aborted.clone());
+        let appended = tokio::spawn(async move {
+            let driven = async {
+                let mut totals = (0, 0);
+                if fsm.run_to(State::StreamContent).await {
+                    totals = fsm.stream_client_content(requests).await;
+                    fsm.run_to(State::Finished).await;
+                    fsm.release_pipeline();
+                    return (totals, None);
+                }
+                fsm.release_pipeline();
+                let rest = (fsm.state == State::Proxy).then_some(requests);
+                totals.0 = 0;
+                (totals, rest)
+            };
+            let given_up = async {
+                aborted.wait_public().await;
+                tokio::time::sleep(ABORT_GRACE).await;
+            };
+            let outcome = tokio::select! {
+                out = driven => Some(out),
+                () = given_up => None,
+            };
+            match outcome {
+                Some((totals, rest)) => (fsm, totals, rest),
+                None => {
+                    tracing::warn!(
+                        "abandoning append of {} in state {:?}",
+                        fsm.req.journal,
+                        fsm.state
+                    );
+                    fsm.abandon().await;
+                    if !fsm.state.is_terminal() {
+                        fsm.err = Some(Status::cancelled("context canceled"));
+                        fsm.state = State::Error;
+                    }
+                    (fsm, (0, 0), None)
+                }
+            }
+        });
+        let (fsm, (total, delayed), rest) = appended
+            .await
+            .map_err(|e| Status::internal(format!("append task failed: {e}")))?;
+        if fsm.state == State::Proxy {
+            let rest = rest.expect("kept for the proxy");
+            return crate::append::proxy::forward(&ctx, &fsm, rest)
+                .await
+                .map(Response::new);
+        }
+        let Some(res) = fsm.resolved.as_ref() else {
+            return Err(fsm
+                .err
+                .unwrap_or_else(|| Status::unknown("append failed without a cause")));
+        };
+        if fsm.state == State::Finished {
+            return Ok(Response::new(AppendResponse {
+                status: crate::protocol::Status::Ok as i32,
+                header: Some(res.header.clone()),
+                commit: fsm.client_fragment().cloned(),
+                registers: Some(fsm.registers().clone()),
+                total_chunks: total,
+                delayed_chunks: delayed,
+                ..AppendResponse::default()
+            }));
+        }
+        if res.status != crate::protocol::Status::Ok as i32 {
+            let mut resp = AppendResponse {
+                status: res.status,
+                header: Some(res.header.clone()),
+                ..AppendResponse::default()
+            };
+            if res.status == crate::protocol::Status::RegisterMismatch as i32 {
+                resp.registers = Some(fsm.registers().clone());
+            }
+            if res.status == crate::protocol::Status::FragmentStoreUnhealthy as i32 {
+                resp.store_health_error = fsm
+                    .err
+                    .as_ref()
+                    .map(|e| e.message().to_owned())
+                    .unwrap_or_default();
+            }
+            return Ok(Response::new(resp));
+        }
+        Err(fsm
+            .err
+            .unwrap_or_else(|| Status::unknown("append failed without a cause")))
     }
 
     async fn list_fragments(

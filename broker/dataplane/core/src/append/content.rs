@@ -25,10 +25,10 @@ use crate::spool::sha1sum_from_digest;
 
 /// Ends the message of an append that failed after its commit went out: some
 /// members may hold it, and the route's next primary goes on from their content.
-pub const OUTCOME_UNKNOWN: &str =
+pub(crate) const OUTCOME_UNKNOWN: &str =
     "; its commit was sent, so it may still be in the journal (a retry may append it twice)";
 /// Ends the message of an append that failed before its commit went out.
-pub const NOT_COMMITTED: &str = " (before the commit was sent)";
+pub(crate) const NOT_COMMITTED: &str = " (before the commit was sent)";
 
 /// What the client's stream did wrong, as the Python broker words it.
 fn stream_error(why: impl std::fmt::Display) -> RpcStatus {

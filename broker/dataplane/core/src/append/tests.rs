@@ -12,6 +12,8 @@ use tonic::metadata::MetadataMap;
 
 use super::*;
 use crate::flow::FlowClock;
+use crate::protocol::journal_client::JournalClient;
+use crate::protocol::journal_server::JournalServer;
 use crate::protocol::{journal_spec, process_spec, Label, LabelSelector, LabelSet};
 use crate::registry::{Journal, Update};
 use crate::replica::{LocalAssignment, ReplicaConfig};
@@ -44,7 +46,7 @@ impl AppendDeps for FakeDeps {
     fn dial(&self) -> Dial {
         loopback_dial()
     }
-    fn peer_metadata(&self, _: &str) -> MetadataMap {
+    fn peer_metadata(&self, _: &str, _: u32) -> MetadataMap {
         MetadataMap::new()
     }
     fn desired_replication(&self, spec: &JournalSpec) -> usize {
@@ -102,6 +104,8 @@ impl AppendDeps for FakeDeps {
 
 /// This broker, primary of [`JOURNAL`], with its peer on loopback.
 struct Primary {
+    /// This broker's own endpoint, once it serves (see `serve`).
+    endpoint: Mutex<String>,
     registry: Arc<Registry>,
     replicas: Arc<ReplicaSet>,
     deps: Arc<FakeDeps>,
@@ -133,6 +137,7 @@ impl Primary {
             ..ReplicaConfig::default()
         };
         let p = Primary {
+            endpoint: Mutex::new("http://unused:1".into()),
             registry: Arc::new(Registry::new()),
             replicas: Arc::new(ReplicaSet::new(Arc::new(Host::default()), config)),
             deps: Arc::default(),
@@ -166,7 +171,7 @@ impl Primary {
             .collect(),
         );
         let endpoints = vec![
-            (local_id(), "http://unused:1".to_owned()),
+            (local_id(), self.endpoint.lock().unwrap().clone()),
             (peer_id(), self.peer.endpoint.clone()),
             (id("c", "new"), "http://unused:2".to_owned()),
         ];
@@ -190,14 +195,48 @@ impl Primary {
         });
     }
 
-    fn fsm(&self, req: AppendRequest) -> AppendFsm {
-        let ctx = AppendContext {
+    fn ctx(&self) -> AppendContext {
+        AppendContext {
             registry: self.registry.clone(),
             replicas: self.replicas.clone(),
             deps: self.deps.clone(),
             flow_clock: FlowClock::new(),
+        }
+    }
+
+    fn fsm(&self, req: AppendRequest) -> AppendFsm {
+        AppendFsm::new(self.ctx(), req, None)
+    }
+
+    /// Serves Append (and Replicate) of `ctx` on loopback; returns a client of it
+    /// and its endpoint.
+    async fn serve(
+        &self,
+        ctx: AppendContext,
+    ) -> (JournalClient<tonic::transport::Channel>, String) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let replicator = Arc::new(crate::replicate::Replicator {
+            registry: ctx.registry.clone(),
+            replicas: ctx.replicas.clone(),
+            check_lease: Arc::new(|| Ok(())),
+        });
+        let service = crate::service::NativeJournal {
+            replicator,
+            appends: Some(ctx),
+            gate: None,
         };
-        AppendFsm::new(ctx, req, None)
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(JournalServer::new(service))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let client = JournalClient::new(
+            tonic::transport::Endpoint::from_shared(endpoint.clone())
+                .unwrap()
+                .connect_lazy(),
+        );
+        (client, endpoint)
     }
 
     fn spool_end(&self) -> i64 {
@@ -561,6 +600,111 @@ async fn a_failed_peer_fails_the_append_before_its_commit_goes_out() {
     assert_eq!(fsm.state, State::Error);
     let why = fsm.err.as_ref().unwrap().message().to_owned();
     assert!(why.contains("replication peer b/replica failed"), "{why}");
-    assert_eq!(p.spool_end(), -1); // The failed pipeline is not kept.
+    p.stop().await;
+}
+
+fn client_stream(
+    first: AppendRequest,
+    parts: &[&'static [u8]],
+) -> impl Stream<Item = AppendRequest> + Send + 'static {
+    let mut msgs = vec![first];
+    msgs.extend(parts.iter().map(|p| AppendRequest {
+        content: Bytes::from_static(p),
+        ..AppendRequest::default()
+    }));
+    stream::iter(msgs)
+}
+
+#[tokio::test]
+async fn the_append_rpc_answers_its_commit_or_its_status() {
+    let p = Primary::start().await;
+    let (mut client, _) = p.serve(p.ctx()).await;
+    let resp = tokio::time::timeout(
+        PROMPTLY,
+        client.append(client_stream(append(JOURNAL), &[b"hello", b""])),
+    )
+    .await
+    .unwrap()
+    .unwrap()
+    .into_inner();
+    assert_eq!(resp.status, Status::Ok as i32);
+    let commit = resp.commit.unwrap();
+    assert_eq!((commit.begin, commit.end), (0, 5));
+    assert_eq!(resp.header.unwrap().process_id, Some(local_id()));
+    assert_eq!((resp.total_chunks, resp.delayed_chunks), (2, 0));
+
+    let resp = client
+        .append(client_stream(append("other/journal"), &[b"x", b""]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(resp.status, Status::JournalNotFound as i32);
+
+    let err = client
+        .append(client_stream(append(JOURNAL), &[b"no commit"]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unknown);
+    assert_eq!(err.message(), "append stream: unexpected EOF");
+    let err = client
+        .append(client_stream(append(""), &[b"x", b""]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn a_broker_that_is_not_the_primary_proxies_the_append_to_it() {
+    let p = Primary::start().await;
+    // The primary serves, and publishes where (the proxy dials it there).
+    let (_, primary_endpoint) = p.serve(p.ctx()).await;
+    // A third broker, member of nothing: its registry knows the route.
+    let other = Arc::new(Registry::new());
+    let other_ctx = AppendContext {
+        registry: other.clone(),
+        replicas: Arc::new(ReplicaSet::new(
+            Arc::new(Host::default()),
+            ReplicaConfig::default(),
+        )),
+        deps: p.deps.clone(),
+        flow_clock: FlowClock::new(),
+    };
+    let p_client_endpoint = primary_endpoint;
+    *p.endpoint.lock().unwrap() = p_client_endpoint.clone();
+    p.publish(11, vec![local_id(), peer_id()], 0, spec_of(2), true);
+    other.publish(Update {
+        etcd: etcd(11),
+        local_id: Some(id("c", "other")),
+        members: Some(vec![
+            (local_id(), p_client_endpoint),
+            (peer_id(), p.peer.endpoint.clone()),
+        ]),
+        journals: vec![(
+            JOURNAL.into(),
+            Journal {
+                spec: Arc::new(spec_of(2)),
+                route: crate::protocol::Route {
+                    members: vec![local_id(), peer_id()],
+                    primary: 0,
+                    endpoints: vec![],
+                },
+                consistent: true,
+            },
+        )],
+        removed: vec![],
+    });
+    let (mut client, _) = p.serve(other_ctx).await;
+    let resp = tokio::time::timeout(
+        PROMPTLY,
+        client.append(client_stream(append(JOURNAL), &[b"via a proxy", b""])),
+    )
+    .await
+    .unwrap()
+    .unwrap()
+    .into_inner();
+    assert_eq!(resp.status, Status::Ok as i32);
+    assert_eq!(resp.header.unwrap().process_id, Some(local_id())); // The primary's answer.
+    assert_eq!(resp.commit.unwrap().end, 11);
     p.stop().await;
 }

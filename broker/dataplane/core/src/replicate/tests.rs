@@ -123,6 +123,7 @@ impl Broker {
         let endpoint = format!("http://{}", listener.local_addr().unwrap());
         let service = NativeJournal {
             replicator,
+            appends: None,
             gate: None,
         };
         let served = tokio::spawn(async move {
