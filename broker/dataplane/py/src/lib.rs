@@ -256,6 +256,49 @@ fn check_token(
     Ok((None, selects))
 }
 
+/// validate(type_name, message) -> None, or the reason `message` is invalid
+///
+/// Decodes the serialized `message` as the protocol type `type_name` (its protobuf
+/// name, with or without the `protocol.` package: "ReplicateRequest", "Header.Etcd",
+/// "protocol.ProcessSpec.ID") and validates it as the data plane does, giving the
+/// text Python's `pb.validate` raises, word for word. Raises ValueError for a type
+/// the data plane doesn't validate, or bytes that don't decode as it.
+#[pyfunction]
+fn validate(type_name: &str, message: &[u8]) -> PyResult<Option<String>> {
+    use dataplane::validation as v;
+    fn run<M: prost::Message + Default>(
+        message: &[u8],
+        check: fn(&M) -> v::Verdict,
+    ) -> Result<v::Verdict, prost::DecodeError> {
+        M::decode(message).map(|m| check(&m))
+    }
+    let name = type_name.strip_prefix("protocol.").unwrap_or(type_name);
+    let verdict = match name {
+        "ReplicateRequest" => run(message, v::validate_replicate_request),
+        "ReplicateResponse" => run(message, v::validate_replicate_response),
+        "AppendRequest" => run(message, v::validate_append_request),
+        "AppendResponse" => run(message, v::validate_append_response),
+        "ReadRequest" => run(message, v::validate_read_request),
+        "Header" => run(message, v::validate_header),
+        "Header.Etcd" => run(message, v::validate_etcd),
+        "Route" => run(message, v::validate_route),
+        "ProcessSpec.ID" => run(message, v::validate_process_id),
+        "Fragment" => run(message, v::validate_fragment),
+        "LabelSet" => run(message, v::validate_label_set),
+        "Label" => run(message, v::validate_label),
+        "LabelSelector" => run(message, v::validate_label_selector),
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "no native validation of {type_name}"
+            )))
+        }
+    };
+    match verdict {
+        Ok(verdict) => Ok(verdict.err().map(|e| e.to_string())),
+        Err(e) => Err(PyValueError::new_err(format!("{type_name}: {e}"))),
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The crate's warnings go to Python's logging (logger "dataplane.…"); they
@@ -264,5 +307,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<FrontDoor>()?;
     m.add_class::<topology::Topology>()?;
     m.add_function(wrap_pyfunction!(check_token, m)?)?;
+    m.add_function(wrap_pyfunction!(validate, m)?)?;
     Ok(())
 }
