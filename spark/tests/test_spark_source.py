@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -258,6 +261,67 @@ def test_live_tail_while_appends_continue(spark: Any, gz: Harness, tmp_path: Pat
     # Both halves were used: persisted fragments from the store, the rest from brokers.
     seen = opened(trace)
     assert seen and rows[-1][0] >= max(end for _, _, end in seen)
+
+
+#: A driver program of the kind that printed grpc's "Event loop is closed" tracebacks:
+#: a blocking client left with an unfinished read, then the data source in the same
+#: process (the driver's own loop listing journals, and a Spark read).
+QUIET_JOB = """
+import sys
+from pyspark.sql import SparkSession
+from gazette import spark as gspark
+from gazette.broker import client
+
+broker, file_root, journal = sys.argv[1:4]
+with client.sync.Client(broker) as c:
+    chunks = c.read_chunks(journal, 0, block=True)
+    next(chunks)  # Left unfinished: its RPC is open when the client closes.
+lake = gspark.lake_paths(f"name={journal}", broker=broker, file_root=file_root)
+spark = (
+    SparkSession.builder.master("local[2]")
+    .config("spark.ui.enabled", "false")
+    .config("spark.ui.showConsoleProgress", "false")
+    .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+    .getOrCreate()
+)
+spark.sparkContext.setLogLevel("ERROR")
+gspark.register(spark)
+df = (
+    spark.read.format("gazette")
+    .option("broker", broker)
+    .option("file_root", file_root)
+    .option("selector", f"name={journal}")
+    .load()
+)
+print(len(lake.paths), df.count(), len(df.limit(1).collect()))
+del chunks
+spark.stop()
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_a_read_prints_no_traceback(gz: Harness, tmp_path: Path) -> None:
+    journal = "quiet/events"
+    gz.create(journal, labels=JSON, codec=pb.GZIP)
+    content = fill(gz, journal, appends=20)
+    gz.wait_persisted(journal)
+    script = tmp_path / "job.py"
+    script.write_text(QUIET_JOB)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    done = subprocess.run(
+        [sys.executable, str(script), gz.broker, gz.file_root, journal],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    paths, rows, first = (int(v) for v in done.stdout.split())
+    assert paths >= 1 and rows == content.count(b"\n") and first == 1
+    assert "Traceback" not in done.stderr, done.stderr[-4000:]
+    assert "Event loop is closed" not in done.stderr
 
 
 @pytest.mark.integration

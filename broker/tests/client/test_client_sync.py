@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -54,3 +55,25 @@ def test_sync_append_read_list_apply(served: FakeBroker) -> None:
         assert c.read("a/journal") == b"hello\nworld\n"
         assert c.read("a/journal", offset=6) == b"world\n"
         assert [f.spec.begin for f in c.fragments("a/journal", signature_ttl=60)] == [0]
+
+
+def test_close_ends_unfinished_reads_on_the_clients_loop(
+    served: FakeBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    with sync.Client(served.endpoint) as c:
+        req = pb.ApplyRequest()
+        req.changes.add(upsert=testing.journal_spec("a/journal"))
+        assert c.apply(req).status == pb.OK
+        c.append("a/journal", b"hello\n")
+        chunks = c.read_chunks("a/journal", block=True)
+        assert next(chunks) == b"hello\n"  # Then left waiting for more.
+    # close() ended that read on the client's loop: closing the iterator now is a no-op
+    # (it would have run a coroutine on the closed loop).
+    chunks.close()
+    # grpc hands the cancelled read's last event to any loop of the process (here the fake
+    # broker's, which keeps running): it must not find the client's loop closed.
+    with sync.Client(served.endpoint) as c:
+        assert c.read("a/journal") == b"hello\n"
+    time.sleep(0.2)
+    closed = [r for r in caplog.records if "Event loop is closed" in str(r.exc_info or r.msg)]
+    assert not closed

@@ -134,16 +134,29 @@ _THREAD = threading.local()
 def _loop() -> asyncio.AbstractEventLoop:
     """This thread's event loop for the source's gRPC calls: made once, never closed.
 
-    grpc.aio hooks its completion-queue poller into every loop it is used on and
-    goes on waking each of them (grpc/grpc#23377): a loop closed after a call, as
-    ``asyncio.run`` closes its own, then gets "RuntimeError: Event loop is closed"
-    tracebacks on stderr from grpc's poller thread. Spark's Python workers are
-    reused across tasks, so one loop per thread lives as long as the worker.
+    grpc.aio has one poller thread per process, and whichever loop polls first
+    takes every loop's events, passing each to its call's own loop with
+    ``call_soon_threadsafe``: a call whose loop is closed before its last event
+    (a cancelled read's) arrives makes the loop that took it log "RuntimeError:
+    Event loop is closed". A loop per read, closed after it as ``asyncio.run``
+    does, would be one such loop per read; a loop per thread that lives as long
+    as the process (Spark reuses its Python workers across tasks) is none. Other
+    loops of the process close their calls first (``client.sync.Client.close``).
     """
     loop: asyncio.AbstractEventLoop | None = getattr(_THREAD, "loop", None)
     if loop is None or loop.is_closed():
         loop = _THREAD.loop = asyncio.new_event_loop()
+        _THREAD.closing = []
+    closing: list[AsyncIterator[bytes]] = _THREAD.closing
+    while closing and not loop.is_running():
+        _aclose(loop, closing.pop())
     return loop
+
+
+def _aclose(loop: asyncio.AbstractEventLoop, agen: AsyncIterator[bytes]) -> None:
+    aclose = getattr(agen, "aclose", None)
+    if aclose is not None:
+        loop.run_until_complete(aclose())
 
 
 def run(coro: Coroutine[Any, Any, _T]) -> _T:
@@ -680,6 +693,7 @@ def _drive(agen: AsyncIterator[bytes]) -> Iterator[bytes]:
     own: see :func:`_loop`.
     """
     loop = _loop()
+    closing: list[AsyncIterator[bytes]] = _THREAD.closing  # This loop's thread's.
 
     async def step() -> bytes | None:
         try:
@@ -691,12 +705,12 @@ def _drive(agen: AsyncIterator[bytes]) -> Iterator[bytes]:
         while (chunk := loop.run_until_complete(step())) is not None:
             yield chunk
     finally:
-        aclose = getattr(agen, "aclose", None)
-        if aclose is not None:
-            if loop.is_running():  # Collected while another read runs on the loop.
-                loop.create_task(aclose())
-            else:
-                loop.run_until_complete(aclose())
+        if loop.is_running():
+            # Collected while another read runs on the loop: closed (its RPC ended, on
+            # this loop) by the next use of the loop, once that read is done.
+            closing.append(agen)
+        else:
+            _aclose(loop, agen)
 
 
 def store_blocks(

@@ -29,8 +29,29 @@ from gazette.broker.client import appender, config, journal_client, listing, ret
 __all__ = ["Client"]
 
 
+#: How long closing a Client waits for its loop's calls to end (cancelled ones end at once).
+CLOSE_DRAIN_TIMEOUT = 5.0
+
+
 async def _next(it: AsyncIterator[bytes]) -> bytes:
     return await anext(it)
+
+
+async def _drain() -> None:
+    """Wait for the other tasks of the running loop to end (at most CLOSE_DRAIN_TIMEOUT).
+
+    A cancelled grpc.aio call is done at once for its caller, but a task of grpc's
+    own on the call's loop still awaits the call's last event from the core. grpc's
+    poller thread hands each event to whichever loop of the process polls first,
+    which passes it on to the call's loop with ``call_soon_threadsafe``: were that
+    loop closed by then, the other loop would log "RuntimeError: Event loop is
+    closed" (found with a blocking read left unfinished before a Spark read in the
+    same process). So a loop is closed only once those tasks have their event.
+    """
+    me = asyncio.current_task()
+    pending = [t for t in asyncio.all_tasks() if t is not me]
+    if pending:
+        await asyncio.wait(pending, timeout=CLOSE_DRAIN_TIMEOUT)
 
 
 class Client:
@@ -40,6 +61,8 @@ class Client:
         cfg = dataclasses.replace(config.ClientConfig(), address=address, **options)
         self._runner = asyncio.Runner()
         self._client = journal_client.JournalClient(cfg)
+        #: Reads of unfinished :meth:`read_chunks` iterators, closed by :meth:`close`.
+        self._reads: set[retry_reader.RetryReader] = set()
 
     def __enter__(self) -> Client:
         return self
@@ -53,8 +76,12 @@ class Client:
         self.close()
 
     def close(self) -> None:
+        """Close unfinished reads and the channels, on the Client's loop; then the loop."""
         try:
+            while self._reads:
+                self._runner.run(self._reads.pop().close())
             self._runner.run(self._client.close())
+            self._runner.run(_drain())
         finally:
             self._runner.close()
 
@@ -71,6 +98,8 @@ class Client:
             pb.ReadRequest(journal=journal, offset=offset, block=block, end_offset=end_offset),
         )
         it = aiter(rr)
+        # An iterator left unfinished keeps its RPC open: close() ends it on this loop.
+        self._reads.add(rr)
         try:
             while True:
                 try:
@@ -78,7 +107,9 @@ class Client:
                 except StopAsyncIteration:
                     return
         finally:
-            self._runner.run(rr.close())
+            if rr in self._reads:  # Else close() has closed it already.
+                self._reads.discard(rr)
+                self._runner.run(rr.close())
 
     def read(self, journal: str, offset: int = 0, end_offset: int = 0) -> bytes:
         """All content of ``journal`` from ``offset`` up to the write head (or ``end_offset``)."""
