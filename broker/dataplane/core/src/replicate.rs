@@ -34,6 +34,7 @@ use crate::protocol::{Fragment, ReplicateRequest, ReplicateResponse, Route, Stat
 use crate::registry::{route_equivalent, Query, Registry, ResolveError};
 use crate::replica::{HeldSpool, Replica, ReplicaSet};
 use crate::spool::SpoolError;
+use crate::validation::validate_replicate_request;
 
 /// Whether this broker may take part in writes now: Err with the reason when its
 /// etcd lease may have expired or it is cut off from its peers (Python's
@@ -50,6 +51,11 @@ pub struct Replicator {
 
 fn unknown(message: impl Into<String>) -> RpcStatus {
     RpcStatus::unknown(message)
+}
+
+/// A request that breaks the protocol's rules (Python's `pb.ValidationError`).
+pub(crate) fn invalid(e: impl std::fmt::Display) -> RpcStatus {
+    RpcStatus::invalid_argument(e.to_string())
 }
 
 fn route_changed(journal: &str) -> RpcStatus {
@@ -114,6 +120,7 @@ impl Replicator {
             None => return Err(unknown("unexpected EOF")),
             Some(req) => req?,
         };
+        validate_replicate_request(&req).map_err(invalid)?;
         let (Some(header), Some(proposal)) = (req.header.clone(), req.proposal.as_ref()) else {
             return Err(unknown("expected first ReplicateRequest to have Header"));
         };
@@ -309,7 +316,10 @@ impl Stream_<'_> {
             req = match next {
                 None => return (Ok(()), false), // The primary's EOF.
                 Some(Err(status)) => return (Err(status), true),
-                Some(Ok(req)) => req,
+                Some(Ok(req)) => match validate_replicate_request(&req) {
+                    Ok(()) => req,
+                    Err(e) => return (Err(invalid(e)), true),
+                },
             };
         }
     }

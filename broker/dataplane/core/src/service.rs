@@ -128,11 +128,14 @@ impl Journal for NativeJournal {
             None => return Err(Status::unknown("append stream: unexpected EOF")),
             Some(first) => first,
         };
+        crate::validation::validate_append_request(&first).map_err(crate::replicate::invalid)?;
         if first.journal.is_empty() {
-            // A content chunk is a valid message, but the first must name its journal.
-            return Err(Status::invalid_argument(
-                "Journal: invalid length (0; expected 4 <= length <= 512)",
-            ));
+            // A content chunk is a valid message, but the first must name its journal:
+            // refused with the text a Read of an empty journal gets.
+            let why = crate::validation::validate_journal("")
+                .err()
+                .map_or_else(String::new, |e| e.to_string());
+            return Err(Status::invalid_argument(format!("Journal: {why}")));
         }
         // The append runs on a task of its own: a client that goes away aborts it,
         // and it gets ABORT_GRACE to leave its pipeline in order before it is torn

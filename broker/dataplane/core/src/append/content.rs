@@ -115,10 +115,14 @@ impl AppendFsm {
 
         let mut content = Bytes::new();
         if let (Some(r), None) = (&req, &err) {
-            if !r.journal.is_empty() {
-                err = Some("expected Content chunk".into());
+            if let Err(e) = crate::validation::validate_append_request(r) {
+                err = Some(e.to_string());
+            } else {
+                if !r.journal.is_empty() {
+                    err = Some("expected Content chunk".into());
+                }
+                content = r.content.clone();
             }
-            content = r.content.clone();
         }
         let message = req.is_some() && err.is_none();
         let suspend_without_content = [

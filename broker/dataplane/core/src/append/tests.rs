@@ -173,7 +173,7 @@ impl Primary {
         let endpoints = vec![
             (local_id(), self.endpoint.lock().unwrap().clone()),
             (peer_id(), self.peer.endpoint.clone()),
-            (id("c", "new"), "http://unused:2".to_owned()),
+            (id("c", "newer"), "http://unused:2".to_owned()),
         ];
         self.registry.publish(Update {
             etcd: etcd(revision),

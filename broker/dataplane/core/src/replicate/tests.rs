@@ -534,7 +534,7 @@ async fn a_route_change_ends_a_stream_waiting_for_its_next_message() {
     let b = Broker::start().await;
     let mut raw = committed(&b, b"hello").await;
     // A new primary: this stream's route is not the journal's any more.
-    b.publish(11, vec![id("c", "new"), local()], 0);
+    b.publish(11, vec![local(), id("c", "newer")], 1);
     let err = raw.answer().await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable);
     assert_eq!(
@@ -564,7 +564,7 @@ async fn a_stream_waiting_for_the_spool_resolves_again_when_the_route_changes() 
         .await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     // The journal moved on without the second stream's primary.
-    b.publish(11, vec![id("c", "new"), local()], 0);
+    b.publish(11, vec![local(), id("c", "newer")], 1);
     let resp = second.answer().await.unwrap();
     assert_eq!(resp.status, Status::WrongRoute as i32);
     assert_eq!(resp.header.unwrap().etcd.unwrap().revision, 11);
@@ -589,9 +589,9 @@ async fn a_held_tail_the_next_primary_rolls_to_is_adopted() {
     })
     .await;
 
-    b.publish(11, vec![id("c", "new"), local()], 0);
+    b.publish(11, vec![local(), id("c", "newer")], 1);
     let mut next = Raw::open(&b.endpoint).await;
-    let hdr = b.header(11, vec![id("c", "new"), local()], 0);
+    let hdr = b.header(11, vec![local(), id("c", "newer")], 1);
     next.send(proposal(empty(), Some(hdr))).await;
     let resp = next.answer().await.unwrap();
     assert_eq!(resp.status, Status::ProposalMismatch as i32);

@@ -65,3 +65,7 @@ def check_token(
     allow_missing: bool = False,
 ) -> tuple[str | None, bool]:
     """(refusal or None, whether the claims select ``spec``'s journal), as the data plane decides."""
+
+def validate(type_name: str, message: bytes) -> str | None:
+    """The data plane's verdict on a serialized ``protocol`` message of ``type_name``:
+    None when valid, else the error text (as ``str`` of Python's ``pb.ValidationError``)."""
