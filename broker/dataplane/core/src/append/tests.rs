@@ -239,6 +239,16 @@ impl Primary {
         (client, endpoint)
     }
 
+    /// The stores hold the journal through `end` (and the index knows it).
+    fn stored_through(&self, end: i64) {
+        *self.deps.index.lock().unwrap() = IndexSummary {
+            first_refresh_done: true,
+            begin: 0,
+            end,
+            mod_time: 1,
+        };
+    }
+
     fn spool_end(&self) -> i64 {
         let slot = self.replicas.get(JOURNAL).unwrap();
         let held = slot
@@ -424,12 +434,7 @@ async fn too_few_members_are_insufficient_and_too_many_are_waited_out() {
 #[tokio::test]
 async fn the_index_decides_offsets() {
     let p = Primary::start().await;
-    *p.deps.index.lock().unwrap() = IndexSummary {
-        first_refresh_done: true,
-        begin: 0,
-        end: 100,
-        mod_time: 1,
-    };
+    p.stored_through(100);
     // Spools behind the stored fragments, and no recovery yet: refused.
     let mut fsm = p.fsm(append(JOURNAL));
     run(&mut fsm, &[b"x", b""]).await;
@@ -456,12 +461,7 @@ async fn the_index_decides_offsets() {
 #[tokio::test]
 async fn a_head_gap_ready_to_recover_resumes_where_the_fence_says() {
     let p = Primary::start().await;
-    *p.deps.index.lock().unwrap() = IndexSummary {
-        first_refresh_done: true,
-        begin: 0,
-        end: 100,
-        mod_time: 1,
-    };
+    p.stored_through(100);
     *p.deps.recovery_ready.lock().unwrap() = true;
     *p.deps.resumes_at.lock().unwrap() = Some(120);
     let mut fsm = p.fsm(append(JOURNAL));
