@@ -41,7 +41,7 @@ use crate::protocol::{
     append_request, journal_spec, AppendRequest, Fragment, JournalSpec, LabelSet, ReplicateRequest,
     Status,
 };
-use crate::registry::{Query, Registry, Resolution, ResolveError};
+use crate::registry::{Query, Registry, Resolution};
 use crate::replica::{BoxFuture, HeldPipeline, Replica, ReplicaSet};
 
 /// Client content is coalesced into Replicate content messages of about this many
@@ -151,13 +151,6 @@ fn pipeline_error(message: String) -> RpcStatus {
     RpcStatus::unavailable(message)
 }
 
-fn resolve_error(e: ResolveError) -> RpcStatus {
-    match e {
-        ResolveError::Header(text) => RpcStatus::unknown(text),
-        ResolveError::Stopped | ResolveError::Closed => RpcStatus::unavailable(e.to_string()),
-    }
-}
-
 fn now_seconds() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -189,11 +182,7 @@ impl Abort {
         self.set.load(Ordering::Acquire)
     }
     /// Completes once the append is aborted.
-    pub async fn wait_public(&self) {
-        self.wait().await;
-    }
-
-    async fn wait(&self) {
+    pub async fn wait(&self) {
         loop {
             let notified = self.notify.notified();
             if self.is_set() {
@@ -422,7 +411,7 @@ impl AppendFsm {
         };
         let res = match res {
             Ok(res) => res,
-            Err(e) => return self.fail(resolve_error(e)),
+            Err(e) => return self.fail(e.to_status()),
         };
         let status = res.status();
         let is_local = res.is_local();
@@ -450,9 +439,7 @@ impl AppendFsm {
         }
         let Some(replica) = self.ctx.replicas.get(&self.req.journal) else {
             let journal = self.req.journal.clone();
-            return self.fail(RpcStatus::unavailable(format!(
-                "replica of {journal} was stopped"
-            )));
+            return self.fail(crate::replica::stopped_status(&journal));
         };
         self.replica = Some(replica.clone());
         match &self.slot {

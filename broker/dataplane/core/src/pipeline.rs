@@ -36,7 +36,8 @@ use crate::protocol::journal_client::JournalClient;
 use crate::protocol::{process_spec, Header, ReplicateRequest, ReplicateResponse, Route, Status};
 use crate::registry::route_equivalent;
 use crate::spool::SpoolError;
-use peer::{describe_status, Peer, PeerReceiver, PeerSender};
+pub(crate) use peer::describe_status;
+use peer::{Peer, PeerReceiver, PeerSender};
 
 /// How long a peer may take to take a `Replicate` message or to answer one.
 ///

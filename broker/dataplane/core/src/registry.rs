@@ -77,6 +77,18 @@ pub enum ResolveError {
     Closed,
 }
 
+impl ResolveError {
+    /// The status an RPC ends with (the Python broker's `grpc_status_of`).
+    pub fn to_status(&self) -> tonic::Status {
+        match self {
+            ResolveError::Header(text) => tonic::Status::unknown(text.clone()),
+            ResolveError::Stopped | ResolveError::Closed => {
+                tonic::Status::unavailable(self.to_string())
+            }
+        }
+    }
+}
+
 /// How to resolve: Python's `Resolver.resolve` keywords.
 #[derive(Clone, Copy, Default)]
 pub struct Query<'a> {
@@ -343,6 +355,25 @@ impl Registry {
             consistent: found.is_none_or(|j| j.consistent),
             invalidated,
         })
+    }
+
+    /// Completes once `journal`, resolved by `query` after each publication that
+    /// touches it (`invalidated`: the receiver of the resolution the caller holds),
+    /// no longer satisfies `same`, fails to resolve, or is removed. For RPCs that
+    /// must stop waiting on a member once the journal's route or primary moved.
+    pub async fn until_changed(
+        &self,
+        journal: &str,
+        query: Query<'_>,
+        mut invalidated: watch::Receiver<u64>,
+        same: impl Fn(&Resolution) -> bool,
+    ) {
+        while invalidated.changed().await.is_ok() {
+            match self.resolve_now(journal, query) {
+                Ok(res) if same(&res) => invalidated = res.invalidated,
+                _ => return,
+            }
+        }
     }
 
     fn signal(&self, name: &str) -> watch::Receiver<u64> {

@@ -284,6 +284,11 @@ impl Keeper {
     }
 }
 
+/// The status of an RPC whose journal's replica went away while it used it.
+pub fn stopped_status(journal: &str) -> tonic::Status {
+    tonic::Status::unavailable(format!("replica of {journal} was stopped"))
+}
+
 /// The slot of a replica's spool, as its holder has it: the spool stays this
 /// holder's until [`Replica::return_spool`] (dropping it gives it back as it is).
 pub type HeldSpool = OwnedMutexGuard<Arc<AsyncSpool>>;

@@ -31,8 +31,8 @@ use tonic::Status as RpcStatus;
 
 use crate::claims::Claims;
 use crate::protocol::{Fragment, ReplicateRequest, ReplicateResponse, Route, Status};
-use crate::registry::{route_equivalent, Query, Registry, ResolveError};
-use crate::replica::{HeldSpool, Replica, ReplicaSet};
+use crate::registry::{route_equivalent, Query, Registry};
+use crate::replica::{stopped_status, HeldSpool, Replica, ReplicaSet};
 use crate::spool::SpoolError;
 use crate::validation::validate_replicate_request;
 
@@ -63,17 +63,6 @@ fn route_changed(journal: &str) -> RpcStatus {
         "{journal}: the route of this replication stream is no longer the journal's (its \
          primary was replaced)"
     ))
-}
-
-fn replica_stopped(journal: &str) -> RpcStatus {
-    RpcStatus::unavailable(format!("replica of {journal} was stopped"))
-}
-
-fn resolve_error(e: ResolveError) -> RpcStatus {
-    match e {
-        ResolveError::Header(text) => unknown(text),
-        ResolveError::Stopped | ResolveError::Closed => RpcStatus::unavailable(e.to_string()),
-    }
 }
 
 /// A spool's failure as the Python broker answers it.
@@ -149,7 +138,7 @@ impl Replicator {
                     .registry
                     .resolve(&journal, query)
                     .await
-                    .map_err(resolve_error)?;
+                    .map_err(|e| e.to_status())?;
                 let route = res.header.route.clone().unwrap_or_default();
                 let refusal = if res.status() != Status::Ok {
                     Some(res.status)
@@ -169,7 +158,7 @@ impl Replicator {
                     }));
                 }
                 let Some(replica) = self.replicas.get(&journal) else {
-                    return Err(replica_stopped(&journal));
+                    return Err(stopped_status(&journal));
                 };
                 let mut invalidated = res.invalidated.clone();
                 tokio::select! {
@@ -177,7 +166,7 @@ impl Replicator {
                         return Ok(Ok(Served { replica, held, resolution: res }));
                     }
                     _ = invalidated.changed() => continue,
-                    () = replica.stopped() => return Err(replica_stopped(&journal)),
+                    () = replica.stopped() => return Err(stopped_status(&journal)),
                 }
             }
         };
@@ -326,50 +315,39 @@ impl Stream_<'_> {
 }
 
 /// Sets `changed` once `replica`'s resolution is not the stream's any more: the
-/// journal resolves elsewhere, to another replica, or over another route. A primary
-/// cut off from etcd keeps its streams to its peers, and each holds a peer's spool:
-/// without this, it would go on committing there after its lease, and the
-/// journal's next primary would wait for that spool for the whole partition.
+/// journal resolves elsewhere, to another replica, or over another route (or the
+/// replica stops). A primary cut off from etcd keeps its streams to its peers, and
+/// each holds a peer's spool: without this, it would go on committing there after
+/// its lease, and the journal's next primary would wait for that spool for the
+/// whole partition.
 async fn watch_route(
     registry: Arc<Registry>,
     replicas: Arc<ReplicaSet>,
     journal: String,
     route: Route,
     replica: Arc<Replica>,
-    mut invalidated: watch::Receiver<u64>,
+    invalidated: watch::Receiver<u64>,
     changed: watch::Sender<bool>,
 ) {
-    let stopped = replica.stopped();
-    tokio::pin!(stopped);
-    loop {
-        tokio::select! {
-            signalled = invalidated.changed() => {
-                if signalled.is_err() {
-                    break; // The journal is gone.
-                }
-            }
-            () = &mut stopped => break,
-        }
-        let query = Query {
-            may_proxy: false,
-            require_primary: false,
-            ..Query::default()
-        };
-        let Ok(res) = registry.resolve_now(&journal, query) else {
-            break;
-        };
-        let same_replica = replicas
-            .get(&journal)
-            .is_some_and(|r| Arc::ptr_eq(&r, &replica));
-        let same_route = res
-            .header
-            .route
-            .as_ref()
-            .is_some_and(|r| route_equivalent(r, &route));
-        if res.status() != Status::Ok || !same_replica || !same_route {
-            break;
-        }
-        invalidated = res.invalidated;
+    let query = Query {
+        may_proxy: false,
+        require_primary: false,
+        ..Query::default()
+    };
+    let same = |res: &crate::registry::Resolution| {
+        res.status() == Status::Ok
+            && replicas
+                .get(&journal)
+                .is_some_and(|r| Arc::ptr_eq(&r, &replica))
+            && res
+                .header
+                .route
+                .as_ref()
+                .is_some_and(|r| route_equivalent(r, &route))
+    };
+    tokio::select! {
+        () = registry.until_changed(&journal, query, invalidated, same) => {}
+        () = replica.stopped() => {}
     }
     changed.send_replace(true);
 }

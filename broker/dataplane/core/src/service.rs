@@ -144,21 +144,9 @@ impl Journal for NativeJournal {
         let aborted = fsm.aborted.clone();
         let _abort_on_drop = AbortOnDrop(aborted.clone());
         let appended = tokio::spawn(async move {
-            let driven = async {
-                let mut totals = (0, 0);
-                if fsm.run_to(State::StreamContent).await {
-                    totals = fsm.stream_client_content(requests).await;
-                    fsm.run_to(State::Finished).await;
-                    fsm.release_pipeline();
-                    return (totals, None);
-                }
-                fsm.release_pipeline();
-                let rest = (fsm.state == State::Proxy).then_some(requests);
-                totals.0 = 0;
-                (totals, rest)
-            };
+            let driven = fsm.run(Some(requests));
             let given_up = async {
-                aborted.wait_public().await;
+                aborted.wait().await;
                 tokio::time::sleep(ABORT_GRACE).await;
             };
             let outcome = tokio::select! {
@@ -166,7 +154,10 @@ impl Journal for NativeJournal {
                 () = given_up => None,
             };
             match outcome {
-                Some((totals, rest)) => (fsm, totals, rest),
+                Some((totals, rest)) => {
+                    let rest = rest.filter(|_| fsm.state == State::Proxy);
+                    (fsm, totals, rest)
+                }
                 None => {
                     tracing::warn!(
                         "abandoning append of {} in state {:?}",

@@ -19,7 +19,7 @@ use tonic::Status as RpcStatus;
 use super::{journal_may_write, pipeline_error, AppendFsm, State};
 use crate::flow::{FlowControl, FlowError};
 use crate::labels;
-use crate::pipeline::Pipeline;
+use crate::pipeline::{describe_status, Pipeline};
 use crate::protocol::{append_request, AppendRequest, Fragment, ReplicateRequest, Status};
 use crate::spool::sha1sum_from_digest;
 
@@ -60,7 +60,7 @@ impl AppendFsm {
             match fc.recv().await {
                 Ok(msg) => self.on_stream_content(msg, None).await,
                 Err(FlowError::Source(status)) => {
-                    let why = format!("{}: {}", code_name(status.code()), status.message());
+                    let why = describe_status(&status);
                     self.on_stream_content(None, Some(why)).await;
                 }
                 Err(e) => self.on_stream_content(None, Some(e.to_string())).await,
@@ -311,14 +311,19 @@ impl AppendFsm {
     }
 
     /// Runs to a terminal state; returns the client's (total, delayed) content
-    /// chunks. `requests` are the client's messages after the first (None: a
-    /// pulse, which commits zero bytes). The pipeline slot is always given back.
-    pub async fn run<S>(&mut self, requests: Option<S>) -> (i64, i64)
+    /// chunks, and `requests` when the machine ended before reading them (a Proxy
+    /// forwards them). `requests` are the client's messages after the first (None:
+    /// a pulse, which commits zero bytes). The pipeline slot is always given back.
+    pub async fn run<S>(&mut self, requests: Option<S>) -> ((i64, i64), Option<S>)
     where
         S: Stream<Item = Result<AppendRequest, RpcStatus>> + Send + 'static,
     {
         let mut totals = (0, 0);
-        if self.run_to(State::StreamContent).await {
+        if !self.run_to(State::StreamContent).await {
+            self.release_pipeline();
+            return (totals, requests);
+        }
+        {
             match requests {
                 None => {
                     // The intent to commit, then the commit. A pipeline that failed
@@ -334,7 +339,7 @@ impl AppendFsm {
             self.run_to(State::Finished).await;
         }
         self.release_pipeline();
-        totals
+        (totals, None)
     }
 }
 
@@ -349,28 +354,4 @@ async fn scatter_proposal(pln: &Arc<Pipeline>, req: &ReplicateRequest) -> bool {
     }
     pln.scatter(req).await;
     true
-}
-
-/// A gRPC code's name as Python's `grpc.StatusCode` spells it.
-fn code_name(code: tonic::Code) -> &'static str {
-    use tonic::Code::*;
-    match code {
-        Ok => "OK",
-        Cancelled => "CANCELLED",
-        Unknown => "UNKNOWN",
-        InvalidArgument => "INVALID_ARGUMENT",
-        DeadlineExceeded => "DEADLINE_EXCEEDED",
-        NotFound => "NOT_FOUND",
-        AlreadyExists => "ALREADY_EXISTS",
-        PermissionDenied => "PERMISSION_DENIED",
-        ResourceExhausted => "RESOURCE_EXHAUSTED",
-        FailedPrecondition => "FAILED_PRECONDITION",
-        Aborted => "ABORTED",
-        OutOfRange => "OUT_OF_RANGE",
-        Unimplemented => "UNIMPLEMENTED",
-        Internal => "INTERNAL",
-        Unavailable => "UNAVAILABLE",
-        DataLoss => "DATA_LOSS",
-        Unauthenticated => "UNAUTHENTICATED",
-    }
 }

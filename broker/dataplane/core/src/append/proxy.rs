@@ -64,7 +64,16 @@ pub async fn forward(
     let mut call = tonic::Request::new(stream::once(async { first }).chain(rest));
     *call.metadata_mut() = ctx.deps.peer_metadata(&journal, capability::APPEND);
 
-    let moved = primary_moved(ctx, &journal, &primary, res.invalidated.clone());
+    let query = Query {
+        may_proxy: true,
+        require_primary: true,
+        ..Query::default()
+    };
+    let moved = ctx
+        .registry
+        .until_changed(&journal, query, res.invalidated.clone(), |r| {
+            r.header.process_id.as_ref() == Some(&primary)
+        });
     tokio::select! {
         answered = client.append(call) => match answered {
             Ok(resp) => Ok(resp.into_inner()),
@@ -87,31 +96,5 @@ pub async fn forward(
                 id_str(&primary)
             )))
         }
-    }
-}
-
-/// Completes once the registry names another primary of `journal` (or none).
-async fn primary_moved(
-    ctx: &AppendContext,
-    journal: &str,
-    primary: &crate::protocol::process_spec::Id,
-    mut invalidated: tokio::sync::watch::Receiver<u64>,
-) {
-    loop {
-        if invalidated.changed().await.is_err() {
-            return; // The journal is gone.
-        }
-        let query = Query {
-            may_proxy: true,
-            require_primary: true,
-            ..Query::default()
-        };
-        let Ok(res) = ctx.registry.resolve_now(journal, query) else {
-            return;
-        };
-        if res.header.process_id.as_ref() != Some(primary) {
-            return;
-        }
-        invalidated = res.invalidated;
     }
 }

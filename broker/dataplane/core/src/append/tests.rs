@@ -291,6 +291,7 @@ async fn run(fsm: &mut AppendFsm, parts: &[&'static [u8]]) -> (i64, i64) {
     tokio::time::timeout(PROMPTLY, fsm.run(Some(chunks(parts))))
         .await
         .expect("the append ends")
+        .0
 }
 
 #[tokio::test]

@@ -121,7 +121,7 @@ fn set_once(slot: &Mutex<Option<Status>>, status: Status) {
 
 /// A call's final status as short text, `CODE: message`, in the words of the
 /// Python broker's `errors.describe_status` (gRPC's upper-case code names).
-pub(super) fn describe_status(status: &Status) -> String {
+pub(crate) fn describe_status(status: &Status) -> String {
     let name = code_name(status.code());
     if status.message().is_empty() {
         name.to_owned()
