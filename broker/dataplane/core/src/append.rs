@@ -21,6 +21,9 @@
 //! registry, replicas, spools and pipelines are this crate's.
 
 mod content;
+mod deps;
+mod preconditions;
+pub use deps::{AppendContext, AppendDeps, IndexSummary};
 pub mod proxy;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,19 +33,17 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use sha1::Sha1;
 use tokio::sync::Notify;
-use tonic::metadata::MetadataMap;
 use tonic::Status as RpcStatus;
 
 use crate::claims::Claims;
-use crate::flow::{FlowClock, FlowLimits};
-use crate::labels;
-use crate::pipeline::{Dial, Pipeline, REPLICATION_TIMEOUT};
+
+use crate::pipeline::{Pipeline, REPLICATION_TIMEOUT};
 use crate::protocol::{
     append_request, journal_spec, AppendRequest, Fragment, JournalSpec, LabelSet, ReplicateRequest,
     Status,
 };
-use crate::registry::{Query, Registry, Resolution};
-use crate::replica::{BoxFuture, HeldPipeline, Replica, ReplicaSet};
+use crate::registry::{Query, Resolution};
+use crate::replica::{HeldPipeline, Replica};
 
 /// Client content is coalesced into Replicate content messages of about this many
 /// bytes: gRPC's cost is mostly per message. Well below the 4 MiB default message
@@ -77,72 +78,6 @@ impl State {
     }
 }
 
-/// What the fragment index says of a journal (the Python broker lists the stores).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct IndexSummary {
-    /// Whether the index has loaded its first store listing.
-    pub first_refresh_done: bool,
-    /// The lowest begin and highest end of its fragments, local and stored.
-    pub begin: i64,
-    pub end: i64,
-    /// The newest modification time (seconds) of a stored fragment (0: none).
-    pub mod_time: i64,
-}
-
-/// What an append needs of its broker that this crate does not own: etcd, the
-/// fragment index and stores, fences and head recovery (all Python's).
-pub trait AppendDeps: Send + Sync + 'static {
-    fn flow_limits(&self) -> FlowLimits;
-    /// Dials the pipeline's peers.
-    fn dial(&self) -> Dial;
-    /// Metadata of this broker's calls to peers for `journal` needing `capability`
-    /// (its own token, narrowed to the journal).
-    fn peer_metadata(&self, journal: &str, capability: u32) -> MetadataMap;
-    /// The replication the journal wants now (suspension lowers it).
-    fn desired_replication(&self, spec: &JournalSpec) -> usize;
-    /// Writes the route into the journal's assignments; the revision to read through.
-    fn update_assignments(&self, res: &Resolution) -> BoxFuture<Result<i64, String>>;
-    /// Writes `spec` (a suspension change); the revision to read through.
-    fn update_journal_spec(
-        &self,
-        res: &Resolution,
-        spec: JournalSpec,
-    ) -> BoxFuture<Result<i64, String>>;
-    /// Whether the journal has no store, or its primary store is healthy now.
-    fn store_healthy(&self, spec: &JournalSpec) -> bool;
-    /// Waits for the primary store's health check; the failure, if any.
-    fn await_store_health(&self, spec: &JournalSpec) -> BoxFuture<Option<String>>;
-    fn index(&self, journal: &str) -> IndexSummary;
-    /// Completes once the index loaded its first store listing.
-    fn wait_first_refresh(&self, journal: &str) -> BoxFuture<()>;
-    /// Whether the primary may resume at `index_end` > `spool_end` (a head gap
-    /// seen long enough: Python's `Replica.head_recovery_ready`).
-    fn head_recovery_ready(&self, journal: &str, spool_end: i64, index_end: i64) -> bool;
-    /// Refuses the journal's head gap until it is reset (logged once).
-    fn refuse_head_gap(&self, journal: &str, spool_end: i64, index_end: i64, why: &str);
-    /// The primary found its spool at the index end: forget a pending head gap.
-    fn head_gap_closed(&self, journal: &str);
-    /// Where a journal whose spools trail its stored fragments goes on (None: refuse).
-    fn head_resumes_at(
-        &self,
-        journal: &str,
-        index_end: i64,
-    ) -> BoxFuture<Result<Option<i64>, String>>;
-    /// Raises the journal's acknowledgement fence to cover `end`; None when it does
-    /// already (or no fence is kept). Err: why it could not be raised.
-    fn cover_fence(&self, journal: &str, end: i64) -> Option<BoxFuture<Result<(), String>>>;
-}
-
-/// Where an append runs: the broker's registry and replicas, and its deps.
-#[derive(Clone)]
-pub struct AppendContext {
-    pub registry: Arc<Registry>,
-    pub replicas: Arc<ReplicaSet>,
-    pub deps: Arc<dyn AppendDeps>,
-    /// The broker's one flow-control clock (see [`FlowClock`]).
-    pub flow_clock: FlowClock,
-}
-
 fn cancelled() -> RpcStatus {
     RpcStatus::cancelled("context canceled")
 }
@@ -151,7 +86,7 @@ fn pipeline_error(message: String) -> RpcStatus {
     RpcStatus::unavailable(message)
 }
 
-fn now_seconds() -> i64 {
+pub(super) fn now_seconds() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
@@ -628,144 +563,6 @@ impl AppendFsm {
         }
     }
 
-    async fn on_validate_preconditions(&mut self) {
-        let spec = self.spec();
-        let journal = self.req.journal.clone();
-        let deps = self.ctx.deps.clone();
-        let index = deps.index(&journal);
-        if !(index.first_refresh_done && deps.store_healthy(&spec) && !self.invalidated()) {
-            let waited = self
-                .race(await_index_and_store(&deps, &journal, &spec))
-                .await;
-            let Some(health_err) = waited else {
-                self.state = State::Resolve;
-                return;
-            };
-            if let Some(why) = health_err {
-                self.set_status(Status::FragmentStoreUnhealthy);
-                return self.fail(RpcStatus::unknown(why));
-            }
-        }
-        let index = deps.index(&journal);
-        let pln = self.pipeline();
-        let suspend = spec.suspend.unwrap_or_default();
-        let fragment = spec.fragment.clone().unwrap_or_default();
-        let flush_s = fragment
-            .flush_interval
-            .as_ref()
-            .map_or(0, |d| d.seconds)
-            .max(0);
-        let flush_s = if flush_s == 0 {
-            DEFAULT_FLUSH_INTERVAL_S
-        } else {
-            flush_s
-        };
-        let index_dirty = index.mod_time == 0 || index.mod_time > now_seconds() - flush_s;
-        let spool_spec = pln.spool().spec();
-        let spool_end = spool_spec.end;
-        let max_offset = spool_end.max(index.end);
-
-        if let Some(check) = &self.req.check_registers {
-            if !self.registers.labels.is_empty() && !labels::matches(check, &self.registers) {
-                self.set_status(Status::RegisterMismatch);
-                self.state = State::Error;
-                return;
-            }
-        }
-        if spool_end < suspend.offset {
-            self.roll_to_offset = suspend.offset;
-            self.state = State::SendPipelineSync;
-            return;
-        }
-        if spool_end != max_offset && self.req.offset == 0 && journal_may_write(&spec) {
-            if deps.head_recovery_ready(&journal, spool_end, index.end) {
-                match deps.head_resumes_at(&journal, index.end).await {
-                    Err(e) => return self.fail(RpcStatus::unknown(e)),
-                    Ok(Some(resume)) => {
-                        tracing::warn!(
-                            "journal {journal} resumes at {resume} (its persisted fragments end \
-                             at {}): content that was appended past them and never persisted \
-                             is lost",
-                            index.end
-                        );
-                        self.roll_to_offset = resume;
-                        self.state = State::SendPipelineSync;
-                        return;
-                    }
-                    Ok(None) => deps.refuse_head_gap(
-                        &journal,
-                        spool_end,
-                        index.end,
-                        "its acknowledgement fence, which tells how far appends were \
-                         acknowledged past them, can't be read (etcd denies it)",
-                    ),
-                }
-            }
-            self.set_status(Status::IndexHasGreaterOffset);
-            self.state = State::Error;
-            return;
-        }
-        if spool_end == max_offset {
-            deps.head_gap_closed(&journal);
-        }
-        if self.req.offset != 0 && self.req.offset != max_offset {
-            self.set_status(Status::WrongAppendOffset);
-            self.state = State::Error;
-            return;
-        }
-        if self.req.offset != 0 && spool_end != max_offset {
-            self.roll_to_offset = max_offset;
-            self.state = State::SendPipelineSync;
-            return;
-        }
-
-        use append_request::Suspend as Mode;
-        use journal_spec::suspend::Level;
-        let level = suspend.level;
-        let to = |level: Level| journal_spec::Suspend {
-            level: level as i32,
-            offset: spool_end,
-        };
-        let mode = self.req.suspend;
-        if mode == Mode::Resume as i32 {
-            if level != Level::None as i32 {
-                self.next_suspend = Some(to(Level::None));
-                self.state = State::UpdateSuspend;
-                return;
-            }
-        } else if mode == Mode::NoResume as i32 {
-            if level != Level::None as i32 {
-                self.set_status(Status::Suspended);
-                self.state = State::Error;
-                return;
-            }
-        } else if mode == Mode::IfFlushed as i32 || mode == Mode::Now as i32 {
-            if level != Level::Full as i32 && index.begin == index.end {
-                self.next_suspend = Some(to(Level::Full));
-                self.state = State::UpdateSuspend;
-                return;
-            }
-            if level == Level::None as i32 && (!index_dirty || mode == Mode::Now as i32) {
-                self.next_suspend = Some(to(Level::Partial));
-                // Replication drops to one, yet we likely stay primary: roll the dirty
-                // spool now so it's stored rather than held.
-                self.roll_to_offset = spool_end;
-                self.state = State::UpdateSuspend;
-                return;
-            }
-            if level == Level::Partial as i32 {
-                self.set_status(Status::Suspended);
-            }
-        }
-        // (SUSPEND_KEEP: proceed and leave suspension as it is.)
-        if spool_spec.begin == index.begin {
-            // The spool holds the journal's first known write: roll it soon, so that
-            // the stores show a "dirty" index to recovering brokers.
-            self.roll_to_offset = spool_end;
-        }
-        self.state = State::StreamContent;
-    }
-
     async fn on_update_suspend(&mut self) {
         let mut update = (*self.spec()).clone();
         update.suspend = self.next_suspend.take();
@@ -785,39 +582,6 @@ impl AppendFsm {
                 self.state = State::Resolve;
             }
             Err(e) => self.fail(RpcStatus::unknown(e)),
-        }
-    }
-}
-
-/// Waits for the index's first store listing and a healthy primary store,
-/// together; an unhealthy store fails at once (a store that can't be built can't
-/// be listed either).
-async fn await_index_and_store(
-    deps: &Arc<dyn AppendDeps>,
-    journal: &str,
-    spec: &JournalSpec,
-) -> Option<String> {
-    let refresh = deps.wait_first_refresh(journal);
-    let has_stores = spec.fragment.as_ref().is_some_and(|f| !f.stores.is_empty());
-    if !has_stores {
-        refresh.await;
-        return None;
-    }
-    let health = deps.await_store_health(spec);
-    tokio::pin!(refresh, health);
-    let mut refreshed = false;
-    loop {
-        tokio::select! {
-            () = &mut refresh, if !refreshed => refreshed = true,
-            err = &mut health => {
-                if err.is_some() {
-                    return err;
-                }
-                if !refreshed {
-                    refresh.await;
-                }
-                return None;
-            }
         }
     }
 }

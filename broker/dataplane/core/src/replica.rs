@@ -22,22 +22,26 @@
 //!
 //! [`ReplicaSet`] keeps one replica per journal assigned to this broker.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify, OwnedMutexGuard};
+
+mod held;
+mod set;
+pub use held::{Keeper, StoringAtOnce};
+pub use set::{LocalAssignment, ReplicaSet};
 
 use crate::disk::AsyncSpool;
 use crate::flow::FlowState;
 use crate::pipeline::{id_str, Pipeline};
 use crate::protocol::{process_spec, Fragment, LabelSet, ReplicateRequest};
 use crate::spool::files::SpoolFile;
-use crate::spool::{LocalFragment, Spool, SpoolConfig, SpoolObserver};
+use crate::spool::{LocalFragment, Spool, SpoolConfig};
 
 /// How long a held tail that the route went on from without this broker's word
 /// waits before a store listing decides it: time for the members that did confirm
@@ -112,178 +116,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The spool's observer: hands commits to the index and decides completed fragments.
-pub struct Keeper {
-    journal: String,
-    host: Arc<dyn ReplicaHost>,
-    config: Arc<SpoolConfig>,
-    doubt_delay: Duration,
-    // >0 while completed fragments are stored at once (see storing_at_once).
-    at_once: AtomicUsize,
-    state: Mutex<Held>,
-    next_doubt: AtomicU64,
-}
-
-#[derive(Default)]
-struct Held {
-    // Completed fragments with a tail no route confirmed yet, oldest first.
-    held: Vec<Completed>,
-    // Held fragments a store listing is to decide, each with its deciding task.
-    doubtful: Vec<(u64, Completed, tokio::task::AbortHandle)>,
-}
-
-impl SpoolObserver for Keeper {
-    fn spool_commit(&self, fragment: LocalFragment) {
-        self.host.spool_commit(&self.journal, fragment);
-    }
-
-    fn spool_complete(&self, spool: Spool, primary: bool) {
-        let at_once = primary || self.at_once.load(Ordering::Acquire) > 0;
-        let completed = Completed::of(&spool);
-        if completed.confirmed() || !completed.continued {
-            // All of it is the journal's; or the journal went on from a later offset,
-            // so its unconfirmed tail never will be.
-            self.host
-                .spool_complete(&self.journal, completed, at_once, false);
-            return;
-        }
-        // The tail was committed here but no route confirmed it yet. The route may go
-        // on from its end (adopt), or it may not: keep it until a synchronised
-        // pipeline tells (settle_held), storing the confirmed part now.
-        tracing::info!(
-            "journal {}: holding [{}, {}) until its route confirms it",
-            self.journal,
-            completed.confirmed_end,
-            completed.end()
-        );
-        lock(&self.state).held.push(completed.clone());
-        self.host
-            .spool_complete(&self.journal, completed, at_once, true);
-    }
-}
-
-/// While alive, fragments the spool completes are stored at once (see
-/// [`Replica::storing_at_once`]).
-pub struct StoringAtOnce(Arc<Keeper>);
-
-impl Drop for StoringAtOnce {
-    fn drop(&mut self) {
-        self.0.at_once.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl Keeper {
-    fn settle_held(self: &Arc<Self>, mut head: i64, adopt: bool) {
-        let held = std::mem::take(&mut lock(&self.state).held);
-        for c in held.into_iter().rev() {
-            if c.end() != head {
-                // Not content the route went on from (-1, from release_held, is
-                // nobody's end): its confirmed part is stored, the rest quarantined.
-                self.host.spool_complete(&self.journal, c, true, false);
-                continue;
-            }
-            head = c.begin();
-            if adopt {
-                self.adopt(c, "confirmed by a synchronised pipeline");
-                continue;
-            }
-            tracing::info!(
-                "journal {}: the route went on from the end of held [{}, {}) without this \
-                 broker's word; it is stored in {:?} unless a store holds it by then",
-                self.journal,
-                c.confirmed_end,
-                c.end(),
-                self.doubt_delay
-            );
-            let id = self.next_doubt.fetch_add(1, Ordering::Relaxed);
-            let keeper = self.clone();
-            let mut state = lock(&self.state);
-            let decide = tokio::spawn(keeper.decide_doubtful(id));
-            state.doubtful.push((id, c, decide.abort_handle()));
-        }
-    }
-
-    /// Stores held fragment `id` whole unless a fresh store listing covers its tail:
-    /// the route went on from its end, either from our copy (nobody stored it: ours
-    /// must be, or the journal keeps a hole that stalls every reader) or from other
-    /// content ending at the same offset (its members stored it: ours must not be).
-    async fn decide_doubtful(self: Arc<Self>, id: u64) {
-        tokio::time::sleep(self.doubt_delay).await;
-        let Some(range) = self.doubtful_range(id) else {
-            return;
-        };
-        let covered = self
-            .host
-            .listing_covers(&self.journal, range.0, range.1)
-            .await;
-        let taken = {
-            let mut state = lock(&self.state);
-            let at = state.doubtful.iter().position(|(i, ..)| *i == id);
-            at.map(|at| state.doubtful.remove(at).1)
-        };
-        let Some(c) = taken else {
-            return; // Released meanwhile (release_held decided it).
-        };
-        if covered {
-            tracing::warn!(
-                "journal {}: [{}, {}) held here is stored from another member; this copy is not",
-                self.journal,
-                c.confirmed_end,
-                c.end()
-            );
-            self.host.spool_complete(&self.journal, c, true, false);
-        } else {
-            self.adopt(
-                c,
-                "is stored: the route went on from its end and no store held it",
-            );
-        }
-    }
-
-    fn doubtful_range(&self, id: u64) -> Option<(i64, i64)> {
-        let state = lock(&self.state);
-        let (_, c, _) = state.doubtful.iter().find(|(i, ..)| *i == id)?;
-        Some((c.begin().max(c.confirmed_end), c.end()))
-    }
-
-    fn adopt(&self, mut c: Completed, why: &str) {
-        tracing::info!(
-            "journal {}: [{}, {}) {why}",
-            self.journal,
-            c.begin(),
-            c.end()
-        );
-        c.confirmed_end = c.end();
-        // A crash before it is stored must not quarantine it: record it, in order
-        // behind the content writes queued to the same disk.
-        if let Some(file) = c.fragment.file.clone().filter(|f| f.is_recoverable()) {
-            let (end, sync) = (c.confirmed_end, self.config.sync);
-            let worker = self
-                .config
-                .workers
-                .for_directory(self.config.directory.as_deref());
-            worker.post(move || file.record_confirmed(end, sync).map(drop));
-        }
-        self.host.spool_complete(&self.journal, c, true, false);
-    }
-
-    fn release_held(self: &Arc<Self>) {
-        self.settle_held(-1, false);
-        let doubtful = std::mem::take(&mut lock(&self.state).doubtful);
-        for (_, c, decide) in doubtful {
-            decide.abort();
-            self.host.spool_complete(&self.journal, c, true, false);
-        }
-    }
-
-    fn lowest_confirmed_end(&self) -> Option<i64> {
-        let state = lock(&self.state);
-        let held = state.held.iter().map(|c| c.confirmed_end);
-        let doubtful = state.doubtful.iter().map(|(_, c, _)| c.confirmed_end);
-        held.chain(doubtful).min()
-    }
-}
-
 /// The status of an RPC whose journal's replica went away while it used it.
 pub fn stopped_status(journal: &str) -> tonic::Status {
     tonic::Status::unavailable(format!("replica of {journal} was stopped"))
@@ -356,15 +188,12 @@ impl Replica {
         host: Arc<dyn ReplicaHost>,
         config: &ReplicaConfig,
     ) -> Arc<Replica> {
-        let keeper = Arc::new(Keeper {
-            journal: journal.to_owned(),
-            host: host.clone(),
-            config: config.spool.clone(),
-            doubt_delay: config.doubt_delay,
-            at_once: AtomicUsize::new(0),
-            state: Mutex::default(),
-            next_doubt: AtomicU64::new(0),
-        });
+        let keeper = Arc::new(Keeper::new(
+            journal,
+            host.clone(),
+            config.spool.clone(),
+            config.doubt_delay,
+        ));
         let spool = Spool::new(journal, keeper.clone(), config.spool.clone());
         Arc::new(Replica {
             journal: journal.to_owned(),
@@ -470,8 +299,7 @@ impl Replica {
     /// replica past a block only some members committed, and if this replica dies
     /// within the persister's replica delay, the journal would keep a hole).
     pub fn storing_at_once(&self) -> StoringAtOnce {
-        self.keeper.at_once.fetch_add(1, Ordering::AcqRel);
-        StoringAtOnce(self.keeper.clone())
+        self.keeper.storing_at_once()
     }
 
     /// A pipeline synchronised at `head`: decide the fragments held back.
@@ -652,139 +480,6 @@ pub fn empty_at_end(spec: &Fragment, registers: LabelSet) -> ReplicateRequest {
         }),
         registers: Some(registers),
         ..ReplicateRequest::default()
-    }
-}
-
-/// One journal assigned to this broker, as the allocator's state says.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LocalAssignment {
-    pub journal: String,
-    /// Whether this broker holds the primary slot.
-    pub primary: bool,
-    /// The journal item's etcd create revision.
-    pub create_revision: i64,
-    /// The etcd lease of this broker's assignment.
-    pub lease: i64,
-    /// The route's members (zone, suffix), in assignment order.
-    pub members: Vec<process_spec::Id>,
-}
-
-/// Keeps one [`Replica`] per locally assigned journal.
-pub struct ReplicaSet {
-    host: Arc<dyn ReplicaHost>,
-    config: ReplicaConfig,
-    state: Mutex<SetState>,
-}
-
-struct SetState {
-    replicas: HashMap<String, (Arc<Replica>, Vec<process_spec::Id>)>,
-    stopped: bool,
-    // Serving replicas, old ones included until they shut down.
-    tasks: tokio::task::JoinSet<()>,
-}
-
-impl ReplicaSet {
-    pub fn new(host: Arc<dyn ReplicaHost>, config: ReplicaConfig) -> ReplicaSet {
-        ReplicaSet {
-            host,
-            config,
-            state: Mutex::new(SetState {
-                replicas: HashMap::new(),
-                stopped: false,
-                tasks: tokio::task::JoinSet::new(),
-            }),
-        }
-    }
-
-    /// The replica of `journal`, if this broker serves one.
-    pub fn get(&self, journal: &str) -> Option<Arc<Replica>> {
-        let state = lock(&self.state);
-        if state.stopped {
-            return None;
-        }
-        state.replicas.get(journal).map(|(r, _)| r.clone())
-    }
-
-    pub fn len(&self) -> usize {
-        lock(&self.state).replicas.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Reconciles replicas with the journals now assigned to this broker; returns
-    /// the journals whose route members changed (their streams re-resolve).
-    ///
-    /// A fresh replica is made when a journal is newly assigned, demoted from
-    /// primary, deleted and re-created, or assigned under another lease (this
-    /// broker lost its lease and announced again: what its spool holds from before
-    /// may be a tail the journal did not keep; the old replica releases it as it
-    /// stops). Must run on the async runtime.
-    pub fn update(&self, local: Vec<LocalAssignment>) -> Vec<String> {
-        let mut state = lock(&self.state);
-        if state.stopped {
-            return Vec::new();
-        }
-        let mut prev = std::mem::take(&mut state.replicas);
-        let mut changed = Vec::new();
-        for a in local {
-            if state.replicas.contains_key(&a.journal) {
-                continue;
-            }
-            let reuse = prev.remove(&a.journal).and_then(|(r, members)| {
-                let demoted = r.is_primary() && !a.primary;
-                let same = !demoted && r.create_revision == a.create_revision && r.lease == a.lease;
-                if !same {
-                    r.stop(); // Its successor starts now; it shuts down beside it.
-                }
-                same.then_some((r, members))
-            });
-            let rep = match reuse {
-                Some((rep, members)) => {
-                    rep.primary.store(a.primary, Ordering::Release);
-                    if members != a.members {
-                        rep.route_members(&a.members);
-                        changed.push(a.journal.clone());
-                    }
-                    rep
-                }
-                None => {
-                    let rep = Replica::new(
-                        &a.journal,
-                        a.primary,
-                        a.create_revision,
-                        a.lease,
-                        self.host.clone(),
-                        &self.config,
-                    );
-                    state.tasks.spawn(rep.clone().serve());
-                    rep
-                }
-            };
-            state.replicas.insert(a.journal, (rep, a.members));
-        }
-        for (rep, _) in prev.into_values() {
-            rep.stop();
-        }
-        // Reap replicas that finished shutting down.
-        while state.tasks.try_join_next().is_some() {}
-        changed
-    }
-
-    /// Stops every replica and makes none from now on; returns once each has shut
-    /// down (its last fragment handed to the persister).
-    pub async fn stop_all(&self) {
-        let mut tasks = {
-            let mut state = lock(&self.state);
-            state.stopped = true;
-            for (rep, _) in state.replicas.values() {
-                rep.stop();
-            }
-            state.replicas.clear();
-            std::mem::take(&mut state.tasks)
-        };
-        while tasks.join_next().await.is_some() {}
     }
 }
 

@@ -11,11 +11,14 @@ use futures_util::stream;
 use tonic::metadata::MetadataMap;
 
 use super::*;
-use crate::flow::FlowClock;
+use crate::flow::{FlowClock, FlowLimits};
+use crate::pipeline::Dial;
 use crate::protocol::journal_client::JournalClient;
 use crate::protocol::journal_server::JournalServer;
 use crate::protocol::{journal_spec, process_spec, Label, LabelSelector, LabelSet};
+use crate::registry::Registry;
 use crate::registry::{Journal, Update};
+use crate::replica::{BoxFuture, ReplicaSet};
 use crate::replica::{LocalAssignment, ReplicaConfig};
 use crate::replicate::tests::{
     etcd, id, local as peer_id, loopback_dial, primary as local_id, Broker, Host, JOURNAL,
