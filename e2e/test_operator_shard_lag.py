@@ -11,13 +11,22 @@ how far it has read, reads the source's write head, and writes ``status.lag``:
    ``kubectl get shards`` prints it in its LAG column;
 3. the gate opens, the shard catches up: the lag falls to 0;
 4. the consumer stops: the 0 goes (no stale number), ``lagUnknown`` says why.
+
+Then the same with authorization on, as the chart installs it by default: the brokers
+verify tokens with a keys file, the consumer verifies its Shard API with keys of its own,
+and the operator, given both (``--broker.auth-keys-file``, ``--consumer.auth-keys-file``),
+signs a token of READ of one journal or one shard for each call: the lag is known and
+falls to 0, and after the brokers' keys are rotated (the new key first, then the old one
+dropped) under the running operator, it still reads write heads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import pathlib
+import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +37,7 @@ from apiserver import kubeapi
 from gazette import message
 from gazette.broker import client, testing
 from gazette.broker import protocol as pb
+from gazette.broker.protocol import auth
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 from gazette.consumer import testing as consumer_testing
 from gazette.keyspace import testing as ks_testing
@@ -230,6 +240,117 @@ async def test_shard_lag_shows_unread_bytes_then_zero_once_caught_up(
             )
             assert st["lagUnknown"] in ("NO_SHARD_PRIMARY", "UNAVAILABLE"), st
             assert await lag_cell(kube, namespace) == ""
+        finally:
+            await kube.kubectl_async(
+                "delete", "shards,journals", "--all", "-n", namespace, "--wait=true", check=False
+            )
+            ks_testing.wipe_prefix(gazette_etcd.endpoint, broker_root + "/")
+            ks_testing.wipe_prefix(gazette_etcd.endpoint, consumers_root + "/")
+
+
+def _key() -> str:
+    return base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+async def test_shard_lag_with_authorization_on(
+    kube: kubeapi.KubeAPIServer,
+    namespace: str,
+    start_operator: Callable[..., Any],
+    gazette_etcd: ks_testing.EtcdServer,
+    etcd_roots: tuple[str, str],
+    tmp_path: pathlib.Path,
+) -> None:
+    broker_root, consumers_root = etcd_roots
+    old, new, consumer_key = _key(), _key(), _key()
+    # One file for brokers and operator, as the chart mounts one Secret into both.
+    broker_keys = tmp_path / "broker-auth-keys"
+    broker_keys.write_text(old + "\n")
+    consumer_keys = tmp_path / "consumer-auth-keys"
+    consumer_keys.write_text(consumer_key + "\n")
+    brokers = testing.BrokerCluster(
+        gazette_etcd.endpoint,
+        work_dir=tmp_path / "brokers",
+        brokers=1,
+        etcd_prefix=broker_root,
+        lease="3s",
+        extra_args=("--broker.auth-keys-file", str(broker_keys)),
+    )
+    with brokers:
+        start_operator(
+            namespace,
+            args=(
+                "--shard-lag-interval=1",
+                f"--broker.auth-keys-file={broker_keys}",
+                f"--consumer.auth-keys-file={consumer_keys}",
+            ),
+        )
+        try:
+            await kube.kubectl_async(
+                "apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(manifests())
+            )
+            append_token = auth.KeyedAuth(old).authorize(
+                auth.journal_claims(auth.Capability.APPEND, SOURCE)
+            )
+            async with brokers.channel(0) as ch:
+                await testing.wait_writable(pb2_grpc.JournalStub(ch), SOURCE, metadata=append_token)
+            body = b"".join(
+                b'{"UUID":"00000000-0000-0000-0000-000000000000","n":%d}\n' % i
+                for i in range(MESSAGES)
+            )
+            config = client.ClientConfig(address=brokers[0].endpoint, auth_keys=old)
+            async with client.JournalClient(config) as jc:
+                head = (await client.append(jc, SOURCE, body)).commit.end
+
+            app = GatedCount()
+            args = consumer_testing.argv(
+                etcd=gazette_etcd.endpoint,
+                broker=brokers[0].endpoint,
+                prefix=f"{consumers_root}/{APP}",
+                id="consumer-0",
+                zone="zone-a",
+                extra=("--broker.auth-keys", old, "--consumer.auth-keys", consumer_key),
+            )
+            async with consumer_testing.serving(args, app):
+                # Both calls authorized: the Stat (consumer keys) and the write head
+                # (brokers' keys) give the whole journal as lag while the gate holds.
+                st = await wait_status(
+                    kube, namespace, lambda s: s.get("lag") == head, f"lag {head} with auth on"
+                )
+                assert "lagUnknown" not in st
+                assert st["lagSources"] == [
+                    {"journal": SOURCE, "readThrough": 0, "writeHead": head, "lag": head}
+                ]
+
+                app.gate.set()
+                st = await wait_status(
+                    kube, namespace, lambda s: s.get("lag") == 0, "lag 0 once caught up"
+                )
+                assert st["lagSources"] == [
+                    {"journal": SOURCE, "readThrough": head, "writeHead": head, "lag": 0}
+                ]
+
+                # Rotation, in the file both read: the new key first (brokers verify
+                # both, everyone signs with the new one), then the old one dropped.
+                app.gate.clear()
+                broker_keys.write_text(f"{new}, {old}\n")
+                await asyncio.sleep(4)  # Brokers check their file every 2 s.
+                broker_keys.write_text(f"{new}\n")
+                await asyncio.sleep(4)
+                # Appended under the new key only: a write head the operator can read
+                # only with a token of the new key (the consumer holds these at its gate).
+                more = b'{"UUID":"00000000-0000-0000-0000-000000000000","n":-1}\n' * 10
+                config = client.ClientConfig(address=brokers[0].endpoint, auth_keys=new)
+                async with client.JournalClient(config) as jc:
+                    head2 = (await client.append(jc, SOURCE, more)).commit.end
+                assert head2 == head + len(more)
+                st = await wait_status(
+                    kube,
+                    namespace,
+                    lambda s: s.get("lagSources", [{}])[0].get("writeHead") == head2,
+                    f"write head {head2}, read with a token of the rotated key",
+                )
+                assert "lagUnknown" not in st
+                assert st["lag"] == head2 - st["lagSources"][0]["readThrough"]
         finally:
             await kube.kubectl_async(
                 "delete", "shards,journals", "--all", "-n", namespace, "--wait=true", check=False

@@ -337,6 +337,68 @@ def test_a_go_broker_with_the_same_keys_takes_our_tokens(
         ks_testing.wipe_prefix(etcd_server.endpoint, prefix + "/")
 
 
+def test_a_go_broker_takes_the_operators_lag_tokens(
+    go_bins: pathlib.Path, etcd_server: ks_testing.EtcdServer, tmp_path: pathlib.Path
+) -> None:
+    """The operator reads write heads with READ of one journal, for a minute: a Go broker
+    sharing the keys answers that read, and the token shows it no other journal."""
+    from gazette.operator import lagauth
+
+    prefix = f"/gazette/go-lag-{time.monotonic_ns()}"
+    go_broker = GoBroker(
+        go_bins,
+        etcd_server.endpoint,
+        prefix,
+        zone="zone-go",
+        suffix="go-lag-broker",
+        file_root=tmp_path / "fragments",
+        log_path=tmp_path / "go.log",
+        extra_args=("--broker.auth-keys", KEYS),
+    )
+    try:
+        with go_broker:
+            broker = go_broker.endpoint
+            our_gazctl(broker, "journals", "apply", input=SPECS.encode(), env=KEYED)
+            for name in ("iauth/a", "iauth/b"):
+                _until(
+                    f"{name} is writable",
+                    lambda name=name: (
+                        our_gazctl(
+                            broker, "journals", "append", "-l", f"name={name}",
+                            input=b"", env=KEYED, ok=False,
+                        ).returncode
+                        == 0
+                    ),
+                )  # fmt: skip
+            our_gazctl(
+                broker, "journals", "append", "-l", "name=iauth/a", input=b"12345\n", env=KEYED
+            )
+            keys = lagauth.Keys(KEYS, flag="--broker.auth-keys")
+            keys.refresh()
+
+            async def heads() -> None:
+                async with client.JournalClient(client.ClientConfig(address=broker)) as jc:
+                    jc.credentials = lagauth.LagAuthorizer(keys)  # as the operator's rounds do
+                    assert await client.write_head(jc, "iauth/a") == 6
+                    # The token of iauth/a read for iauth/b: a Go broker hides it, as ours do.
+                    signer = keys.current
+                    assert signer is not None
+                    narrow = signer.authorize(
+                        auth.journal_claims(Cap.READ, "iauth/a"), lagauth.TOKEN_LIFETIME
+                    )
+                    async with dial.channel(broker) as ch:
+                        stream = pb2_grpc.JournalStub(ch).Read(
+                            pb.ReadRequest(journal="iauth/b", offset=-1, metadata_only=True),
+                            metadata=narrow,
+                        )
+                        first = await stream.read()
+                    assert first.status == pb.JOURNAL_NOT_FOUND
+
+            asyncio.run(heads())
+    finally:
+        ks_testing.wipe_prefix(etcd_server.endpoint, prefix + "/")
+
+
 # -- A mixed cluster sharing keys ---------------------------------------------------
 
 

@@ -9,6 +9,7 @@ import posixpath
 from collections.abc import Mapping, Sequence
 
 from gazette import keyspace
+from gazette.broker import protocol as pb
 from gazette.operator import handlers, health, lag, leader, reconcile
 
 __all__ = ["OperatorConfig", "parse_args"]
@@ -121,6 +122,29 @@ def parse_args(
         help="a broker to read journals' write heads from, for Shards' lag; empty: a "
         "broker registered under --etcd.prefix (env BROKER_ADDRESS)",
     )
+    # The keys a lag round signs its tokens with (gazette.operator.lagauth): the same
+    # flags, environment variables and text as brokers and consumers take them.
+    for section, who, what in (
+        ("broker", "brokers", "its reads of write heads"),
+        ("consumer", "consumers", "its Stat of a shard's primary"),
+    ):
+        var = f"{section.upper()}_AUTH_KEYS"
+        p.add_argument(
+            f"--{section}.auth-keys",
+            dest=f"{section}_auth_keys",
+            default=env.get(var, ""),
+            help=f"whitespace or comma separated, base64-encoded keys {who} verify tokens "
+            f"with: for Shards' lag, the first signs {what}, each a token of READ of that "
+            f"one {'journal' if section == 'broker' else 'shard'} living a minute; empty: "
+            f"no token (env {var})",
+        )
+        p.add_argument(
+            f"--{section}.auth-keys-file",
+            dest=f"{section}_auth_keys_file",
+            default=env.get(f"{var}_FILE", ""),
+            help=f"file holding the keys of --{section}.auth-keys (e.g. a mounted Secret), "
+            f"read again when it changes (env {var}_FILE)",
+        )
     p.add_argument(
         "--retry-delay",
         type=float,
@@ -217,6 +241,21 @@ def parse_args(
         p.error("--retry-delay and --shard-status-interval must be positive")
     if args.shard_lag_interval < 0:
         p.error("--shard-lag-interval must be 0 (off) or positive")
+    lag_config = lag.LagConfig(
+        interval=args.shard_lag_interval,
+        broker_address=args.broker_address,
+        broker_auth_keys=args.broker_auth_keys,
+        broker_auth_keys_file=args.broker_auth_keys_file,
+        consumer_auth_keys=args.consumer_auth_keys,
+        consumer_auth_keys_file=args.consumer_auth_keys_file,
+    )
+    try:
+        # Keys that don't decode, or a file that can't be read, stop the start (as a
+        # broker's do), rather than leave every Shard's lag unknown.
+        lag_config.broker_keys().refresh()
+        lag_config.consumer_keys().refresh()
+    except pb.AuthorizationError as e:
+        p.error(str(e))
     address = args.health_address or args.liveness
     if address:
         try:
@@ -245,7 +284,7 @@ def parse_args(
             cluster=args.cluster,
             retry_delay=args.retry_delay,
             status_interval=args.shard_status_interval,
-            lag=lag.LagConfig(interval=args.shard_lag_interval, broker_address=args.broker_address),
+            lag=lag_config,
         ),
         namespaces=tuple(namespaces),
         all_namespaces=args.all_namespaces,

@@ -13,6 +13,11 @@ where to ask, all from etcd mirrors it keeps anyway (no etcd read per shard):
 * the write heads are read through ``broker_address`` when given, else through a
   broker registered under ``<broker root>/members`` (not exiting).
 
+With authorization on (``--broker.auth-keys[-file]``, ``--consumer.auth-keys[-file]``),
+every call carries a token of :mod:`gazette.operator.lagauth`: READ of that one journal
+or shard, for a minute. Keys that can't be read leave every shard's lag unknown, with
+the flag and the reason.
+
 A shard that can't be asked (no primary, no endpoint, the Stat failed or timed out,
 a write head unknown) gets a :class:`~gazette.consumer.lag.ShardLag` whose ``error``
 says why, and :func:`gazette.operator.status.lag_status_for` shows no number for it.
@@ -37,12 +42,12 @@ from google.protobuf import message as pbmessage
 
 from gazette.broker import client
 from gazette.broker import protocol as pb
-from gazette.broker.protocol import dial
+from gazette.broker.protocol import auth, dial
 from gazette.consumer import lag as consumer_lag
 from gazette.consumer import protocol as pc
 from gazette.consumer.protocol import protocol_pb2_grpc as pc_grpc
+from gazette.operator import lagauth, status
 from gazette.operator import mirrors as mirrors_
-from gazette.operator import status
 
 __all__ = ["LagChecker", "LagConfig", "Target"]
 
@@ -61,7 +66,10 @@ class LagConfig:
     value from one the operator stopped checking without a write per shard per round.
     ``stat_timeout``: seconds a primary's Stat, and a write head's read, may take.
     ``concurrency``: shards asked at once. ``broker_address``: where write heads are
-    read ("": a broker registered in etcd).
+    read ("": a broker registered in etcd). ``broker_auth_keys`` (inline) or
+    ``broker_auth_keys_file``: the keys brokers verify with, to sign the write heads'
+    reads; ``consumer_auth_keys`` / ``consumer_auth_keys_file``: those consumers verify
+    ``Stat`` with (none: no token is sent).
     """
 
     interval: float = 15.0
@@ -69,10 +77,26 @@ class LagConfig:
     stat_timeout: float = consumer_lag.STAT_TIMEOUT
     concurrency: int = 16
     broker_address: str = ""
+    broker_auth_keys: str = dataclasses.field(default="", repr=False)
+    broker_auth_keys_file: str = ""
+    consumer_auth_keys: str = dataclasses.field(default="", repr=False)
+    consumer_auth_keys_file: str = ""
 
     @property
     def enabled(self) -> bool:
         return self.interval > 0
+
+    def broker_keys(self) -> lagauth.Keys:
+        """The brokers' keys; AuthorizationError if both flags are given."""
+        return lagauth.Keys(
+            self.broker_auth_keys, self.broker_auth_keys_file, flag="--broker.auth-keys"
+        )
+
+    def consumer_keys(self) -> lagauth.Keys:
+        """The consumers' keys; AuthorizationError if both flags are given."""
+        return lagauth.Keys(
+            self.consumer_auth_keys, self.consumer_auth_keys_file, flag="--consumer.auth-keys"
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -106,6 +130,8 @@ class LagChecker:
         self._mirrors = mirrors
         self._broker_root = broker_root
         self._dial = dial_config or dial.DialConfig()
+        self._broker_auth = lagauth.LagAuthorizer(config.broker_keys())
+        self._consumer_auth = lagauth.LagAuthorizer(config.consumer_keys())
 
     def follow(self, prefix: str) -> None:
         """Follow the members of the application at ``prefix`` (and the brokers')."""
@@ -151,10 +177,19 @@ class LagChecker:
         if broker is None:
             why = "no broker is registered in etcd (nowhere to read write heads)"
             return {t.uid: consumer_lag.ShardLag(error=why) for t in targets}
+        try:
+            # Once a round: a rotated keys file is signed with from the next round on.
+            self._broker_auth.keys.refresh()
+            self._consumer_auth.keys.refresh()
+        except pb.AuthorizationError as e:
+            return {t.uid: consumer_lag.ShardLag(error=str(e)) for t in targets}
         channels: dict[str, grpc.aio.Channel] = {}
         limit = asyncio.Semaphore(self.config.concurrency)
         config = client.ClientConfig(address=broker, wait_for_ready=False)
         async with client.JournalClient(config) as jc:
+            # The client would sign hour-long tokens of whatever a call asks: lag's
+            # calls get READ of their one journal, for a minute.
+            jc.credentials = self._broker_auth
             heads = consumer_lag.WriteHeads(jc, timeout=self.config.stat_timeout)
 
             async def one(target: Target) -> consumer_lag.ShardLag:
@@ -175,6 +210,10 @@ class LagChecker:
                         resp: pc.StatResponse = await stub.Stat(
                             pc.StatRequest(shard=target.shard_id),
                             timeout=self.config.stat_timeout,
+                            metadata=self._consumer_auth.authorize(
+                                lagauth.shard_claims(auth.Capability.READ, target.shard_id)
+                            )
+                            or None,
                         )
                     except grpc.aio.AioRpcError as e:
                         raise consumer_lag.LagUnknown(dial.rpc_code(e).name) from e
