@@ -243,6 +243,15 @@ def test_helm_install_on_kwok_nodes_in_three_zones(
             deploy = cluster.get_json("deployment", "gazette-operator", "-n", NS)
             (op_container,) = deploy["spec"]["template"]["spec"]["containers"]
             op_env = pods.resolve_env(op_container, pod=deploy["spec"]["template"], secret=secret)
+            # Its auth keys file (Shards' lag reads write heads), as the kubelet mounts it.
+            op_env = pods.mount_secrets(
+                op_env,
+                op_container,
+                pod=deploy["spec"]["template"],
+                secret=secret,
+                directory=tmp_path / "secrets-operator",
+            )
+            assert op_env["BROKER_AUTH_KEYS_FILE"].startswith(str(tmp_path))
             op_env["KUBECONFIG"] = str(op_kubeconfig)
             live = etcd_testing.free_port()
             assert "--health.address=:8080" in op_container["args"]
@@ -531,6 +540,13 @@ def test_namespace_deletion_finishes_after_the_operator(
         op_kubeconfig.write_text(yaml.safe_dump(admin), encoding="utf-8")
         (op_container,) = op_pod["spec"]["containers"]
         op_env = pods.resolve_env(op_container, pod=op_pod, secret=_secret_getter(cluster))
+        op_env = pods.mount_secrets(
+            op_env,
+            op_container,
+            pod=op_pod,
+            secret=_secret_getter(cluster),
+            directory=tmp_path / "secrets-operator",
+        )
         op_env["KUBECONFIG"] = str(op_kubeconfig)
         live = etcd_testing.free_port()
         args = [

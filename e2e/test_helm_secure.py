@@ -143,8 +143,21 @@ def test_clients_and_operator_get_what_they_use(helm_bin: pathlib.Path) -> None:
     oenv = _env(operator)
     assert oenv["ETCD_CERT_FILE"] == "/etc/gazette/tls/etcd/tls.crt"
     assert oenv["ETCD_PASSWORD_FILE"] == "/etc/gazette/etcd/password/password"
-    assert not [k for k in oenv if k.startswith("BROKER_")]  # it talks to etcd only
-    assert set(_mounted(operator)) == {"/etc/gazette/tls/etcd", "/etc/gazette/etcd/password"}
+    # Shards' lag reads write heads from brokers: it signs its own narrow tokens from the
+    # keys, which it gets as the brokers do (a read-only file that follows the Secret),
+    # never as a value in its environment.
+    assert "--shard-lag-interval=15" in _container(operator)["args"]
+    assert [k for k in oenv if k.startswith("BROKER_")] == ["BROKER_AUTH_KEYS_FILE"]
+    assert oenv["BROKER_AUTH_KEYS_FILE"] == "/etc/gazette/auth/auth-keys"
+    assert _mounted(operator) == {
+        "/etc/gazette/auth": ("gazette-auth-keys", True),
+        "/etc/gazette/tls/etcd": ("gazette-etcd-client-tls", True),
+        "/etc/gazette/etcd/password": ("gazette-etcd-password", True),
+    }
+    mount = next(m for m in _container(operator)["volumeMounts"] if m["name"] == "auth-keys")
+    assert "subPath" not in mount  # The kubelet refreshes a rotated Secret.
+    (volume,) = [v for v in _pod_spec(operator)["volumes"] if v["name"] == "auth-keys"]
+    assert volume["secret"] == {"secretName": "gazette-auth-keys", "defaultMode": 0o440}
 
     test_pod = _one(objects, "Pod", "-test-roundtrip")
     tenv = _env(test_pod)
@@ -152,6 +165,41 @@ def test_clients_and_operator_get_what_they_use(helm_bin: pathlib.Path) -> None:
     assert tenv["BROKER_CERT_FILE"] == "/etc/gazette/tls/client/tls.crt"
     assert "BROKER_AUTH_KEYS" in tenv
     assert not [k for k in tenv if k.startswith("ETCD_")]
+
+
+@pytest.mark.parametrize(
+    ("sets", "lag_args"),
+    [
+        # Lag never checked: nothing to sign, so no keys.
+        ({"operator.shardLagInterval": 0}, ["--shard-lag-interval=0"]),
+        # Authorization off: no keys to give.
+        (
+            {"security.authKeys.generate": False, "security.authKeys.secretName": ""},
+            ["--shard-lag-interval=15"],
+        ),
+    ],
+)
+def test_the_operator_gets_no_keys_it_would_not_use(
+    helm_bin: pathlib.Path, sets: dict[str, Any], lag_args: list[str]
+) -> None:
+    objects = helm.template(helm_bin, kube_version="1.36.0", sets=sets)
+    operator = _one(objects, "Deployment", "-operator")
+    assert [a for a in _container(operator)["args"] if a.startswith("--shard-lag")] == lag_args
+    assert not [k for k in _env(operator) if k.startswith("BROKER_")]
+    assert "/etc/gazette/auth" not in _mounted(operator)
+    assert not [v for v in _pod_spec(operator)["volumes"] if v["name"] == "auth-keys"]
+    # The brokers keep theirs whatever the operator does.
+    if "operator.shardLagInterval" in sets:
+        broker = _one(objects, "StatefulSet", "-broker")
+        assert _mounted(broker)["/etc/gazette/auth"] == ("gazette-auth-keys", True)
+
+
+def test_the_default_install_gives_the_operator_the_keys_file(helm_bin: pathlib.Path) -> None:
+    """Authorization is on by default, so the default install's lag needs the keys."""
+    objects = helm.template(helm_bin, kube_version="1.36.0")
+    operator = _one(objects, "Deployment", "-operator")
+    assert _env(operator)["BROKER_AUTH_KEYS_FILE"] == "/etc/gazette/auth/auth-keys"
+    assert _mounted(operator)["/etc/gazette/auth"] == ("gazette-auth-keys", True)
 
 
 def test_consumer_server_tls(helm_bin: pathlib.Path) -> None:

@@ -5,7 +5,8 @@ volume mounted read-only under /etc/gazette, never copied into the environment (
 the auth keys of clients, which sign tokens from them), so a Secret rotated in place
 reaches the running pods: brokers reload their keys file when it changes.
 
-Roles: broker, consumer, operator, client (helm test's gazctl).
+Roles: broker, consumer, operator, client (helm test's gazctl). The auth keys are
+mounted where they verify (brokers) and where the operator signs its lag tokens.
 */}}
 
 {{- define "gazette.tlsOn" -}}
@@ -77,6 +78,19 @@ Roles: broker, consumer, operator, client (helm test's gazctl).
 {{- end -}}
 {{- end -}}
 
+{{/*
+Whether a role gets the auth keys Secret as a mounted file (--broker.auth-keys-file):
+brokers, which verify with it; and the operator while it checks Shards' lag, for which
+it signs its own tokens, each READ of one journal for a minute (gazette.operator.lagauth;
+values.yaml security.authKeys says why it holds the keys). (dict "ctx" $ "role" "operator")
+*/}}
+{{- define "gazette.authKeysMounted" -}}
+{{- $ctx := .ctx -}}
+{{- if include "gazette.authKeysSecret" $ctx -}}
+{{- if or (eq .role "broker") (and (eq .role "operator") (gt (float64 $ctx.Values.operator.shardLagInterval) 0.0)) -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Environment of a role's security: (dict "ctx" $ "role" "broker"). */}}
 {{- define "gazette.securityEnv" -}}
 {{- $ctx := .ctx -}}
@@ -86,9 +100,11 @@ Roles: broker, consumer, operator, client (helm test's gazctl).
 {{- fail "security.debugTokenRequired needs authorization keys: security.authKeys.generate=true or security.authKeys.secretName" }}
 {{- end }}
 {{- if $authSecret }}
-{{- if eq .role "broker" }}
+{{- if include "gazette.authKeysMounted" . }}
 - name: BROKER_AUTH_KEYS_FILE
   value: {{ printf "/etc/gazette/auth/%s" $s.authKeys.key | quote }}
+{{- end }}
+{{- if eq .role "broker" }}
 {{- if $s.debugTokenRequired }}
 - name: BROKER_DEBUG_TOKEN_REQUIRED
   value: "true"
@@ -125,7 +141,7 @@ Roles: broker, consumer, operator, client (helm test's gazctl).
 
 {{- define "gazette.securityVolumeMounts" -}}
 {{- $ctx := .ctx -}}
-{{- if and (include "gazette.authKeysSecret" $ctx) (eq .role "broker") }}
+{{- if include "gazette.authKeysMounted" . }}
 # A directory, not a subPath: the kubelet updates it when the Secret changes.
 - name: auth-keys
   mountPath: /etc/gazette/auth
@@ -145,7 +161,7 @@ Roles: broker, consumer, operator, client (helm test's gazctl).
 
 {{- define "gazette.securityVolumes" -}}
 {{- $ctx := .ctx -}}
-{{- if and (include "gazette.authKeysSecret" $ctx) (eq .role "broker") }}
+{{- if include "gazette.authKeysMounted" . }}
 - name: auth-keys
   secret:
     secretName: {{ include "gazette.authKeysSecret" $ctx }}
