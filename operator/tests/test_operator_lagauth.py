@@ -20,14 +20,15 @@ from gazette.operator import config, lag, lagauth
 
 KEY_A = base64.b64encode(b"operator-lag-key-a").decode()
 KEY_B = base64.b64encode(b"operator-lag-key-b").decode()
-#: Real time (pyjwt checks a token's first verification against the real clock; later
-#: ones, from KeyedAuth's cache, against the clock given), in whole seconds as tokens are.
-NOW = float(int(time.time()))
 
 
 class Clock:
+    """Starts at real time (pyjwt checks a token's first verification against the real
+    clock; later ones, from KeyedAuth's cache, against this one), in whole seconds as
+    tokens are; ``start`` keeps where it began."""
+
     def __init__(self) -> None:
-        self.now = NOW
+        self.start = self.now = float(int(time.time()))
 
     def __call__(self) -> float:
         return self.now
@@ -55,7 +56,10 @@ def test_a_journal_token_grants_read_of_that_journal_for_a_minute() -> None:
     claims = broker.verify(md, auth.Capability.READ)
     assert claims.capability == auth.Capability.READ
     assert pb.format_selector(claims.selector) == "name=examples/lag/part-000"
-    assert (claims.issued_at, claims.expires_at) == (NOW, NOW + lagauth.TOKEN_LIFETIME)
+    assert (claims.issued_at, claims.expires_at) == (
+        clock.start,
+        clock.start + lagauth.TOKEN_LIFETIME,
+    )
     # Its selector shows the broker this journal and no other.
     assert claims.allows(pb.label_set_ext(pb.JournalSpec(name="examples/lag/part-000")))
     assert not claims.allows(pb.label_set_ext(pb.JournalSpec(name="examples/lag/part-001")))
@@ -73,7 +77,7 @@ def test_a_shard_token_selects_the_shard_by_id() -> None:
     )
     claims = auth.KeyedAuth(KEY_A, clock=clock).verify(md, auth.Capability.READ)
     assert pb.format_selector(claims.selector) == "id=lag-count/part-000"
-    assert claims.expires_at == NOW + lagauth.TOKEN_LIFETIME
+    assert claims.expires_at == clock.start + lagauth.TOKEN_LIFETIME
 
 
 def test_tokens_expire_after_their_minute() -> None:
@@ -81,13 +85,13 @@ def test_tokens_expire_after_their_minute() -> None:
     md = signer(clock=clock).authorize(auth.journal_claims(auth.Capability.READ, "a/b"))
     broker = auth.KeyedAuth(KEY_A, clock=clock)
     broker.verify(md, auth.Capability.READ)
-    clock.now = NOW + lagauth.TOKEN_LIFETIME + auth.LEEWAY - 1
+    clock.now = clock.start + lagauth.TOKEN_LIFETIME + auth.LEEWAY - 1
     broker.verify(md, auth.Capability.READ)  # Within the skew brokers tolerate.
-    clock.now = NOW + lagauth.TOKEN_LIFETIME + auth.LEEWAY + 1
+    clock.now = clock.start + lagauth.TOKEN_LIFETIME + auth.LEEWAY + 1
     with pytest.raises(pb.AuthorizationError, match="token is expired"):
         broker.verify(md, auth.Capability.READ)
     # A shorter lifetime asked for is kept; a longer one is cut to the minute.
-    clock.now = NOW
+    clock.now = clock.start
     short = signer(clock=clock).authorize(auth.journal_claims(auth.Capability.READ, "a/b"), 10)
     assert auth.KeyedAuth(KEY_A, clock=clock).parse(token_of(short)).expires_at == clock.now + 10
 
