@@ -320,6 +320,9 @@ impl AppendFsm {
     // -- States ---------------------------------------------------------------------
 
     async fn on_resolve(&mut self) {
+        if let Err(why) = self.ctx.deps.check_lease() {
+            return self.fail(RpcStatus::unavailable(why));
+        }
         let min_revision = self.req.min_etcd_revision.max(self.read_through_rev);
         let allows = self.claims.clone();
         let authorized = allows

@@ -14,6 +14,15 @@
 use base64::Engine;
 use ring::hmac;
 
+/// The broker's keys as they are now: the door and the native service read them
+/// per request, and a key reload swaps them (None: auth is off).
+pub type SharedGate = std::sync::Arc<std::sync::RwLock<Option<std::sync::Arc<Gate>>>>;
+
+/// The gate in `shared` now.
+pub fn current(shared: &SharedGate) -> Option<std::sync::Arc<Gate>> {
+    shared.read().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
 /// The broker's keys, as the door checks tokens with them.
 pub struct Gate {
     keys: Vec<Vec<u8>>,
@@ -56,6 +65,35 @@ impl Gate {
         crate::claims::Claims::from_payload(&payload, now)
             .map(Some)
             .map_err(verifying)
+    }
+
+    /// A token of `capability` over the one journal named `journal`, issued at
+    /// `now` (seconds since the epoch) for `lifetime` seconds and signed (HS256)
+    /// with the first key, as the Python broker signs its calls to peers
+    /// (`auth.KeyedAuth.sign` of `auth.journal_claims`). None without keys.
+    pub fn sign_journal_token(
+        &self,
+        capability: u32,
+        journal: &str,
+        now: u64,
+        lifetime: u64,
+    ) -> Option<String> {
+        let key = self.keys.first()?;
+        let claims = serde_json::json!({
+            "cap": capability,
+            "sel": {
+                "include": {"labels": [{"name": "name", "value": journal}]},
+                "exclude": {"labels": null},
+            },
+            "exp": now + lifetime,
+            "iat": now,
+        });
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let header = b64.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
+        let payload = b64.encode(claims.to_string());
+        let signed = format!("{header}.{payload}");
+        let tag = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), signed.as_bytes());
+        Some(format!("{signed}.{}", b64.encode(tag.as_ref())))
     }
 
     /// The bearer token of an `authorization` header; None when there is none and
@@ -207,6 +245,27 @@ mod tests {
         let gate = Gate::new(vec![b"first".to_vec()], true);
         assert_eq!(gate.check(None), Ok(()));
         assert!(gate.check(Some(b"Bearer x.y.z")).is_err());
+    }
+
+    #[test]
+    fn journal_tokens_verify_and_carry_narrow_claims() {
+        let g = gate();
+        let token = g.sign_journal_token(32, "a/journal", 1000, 3600).unwrap();
+        let header = format!("Bearer {token}");
+        let claims = g.claims(Some(header.as_bytes()), 1001.0).unwrap().unwrap();
+        claims.check_capability(32).unwrap();
+        assert!(claims.check_capability(16).is_err());
+        let spec = |name: &str| crate::protocol::JournalSpec {
+            name: name.into(),
+            ..Default::default()
+        };
+        assert!(claims.allows(&spec("a/journal")));
+        assert!(!claims.allows(&spec("a/other")));
+        // Expired once its lifetime is over.
+        assert!(g.claims(Some(header.as_bytes()), 4700.0).is_err());
+        assert!(Gate::new(vec![], false)
+            .sign_journal_token(32, "a/journal", 1000, 3600)
+            .is_none());
     }
 
     #[test]

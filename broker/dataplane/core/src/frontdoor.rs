@@ -16,13 +16,17 @@
 //! port serves gRPC and HTTP side by side.
 
 mod closing;
+mod native;
 mod validate;
+
+use native::serve_native;
+pub use native::{NativeService, NATIVE_PATHS};
 
 use std::{convert::Infallible, io, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
-use http_body_util::{combinators::BoxBody, BodyExt, Either, Empty};
+use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Either, Empty};
 use hyper::{body::Incoming, client::conn::http2::SendRequest, service::service_fn};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo},
@@ -36,8 +40,12 @@ use tokio_rustls::TlsAcceptor;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Bodies of responses: the backend's as they stream, or an empty one of ours.
-pub type Body = BoxBody<Bytes, hyper::Error>;
+/// Errors of response bodies, whoever made them (hyper's or tonic's).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Bodies of responses: the backend's or the native service's as they stream, or
+/// an empty one of ours.
+pub type Body = UnsyncBoxBody<Bytes, BoxError>;
 
 /// What a connection may hold of the broker, and for how long, before it is closed.
 ///
@@ -141,7 +149,10 @@ pub struct Backends {
     pub http: Option<PathBuf>,
     /// The bearer-token check of gRPC requests (none: the broker has no keys).
     /// Replaced whole when the broker's keys rotate.
-    gate: std::sync::RwLock<Option<Arc<crate::auth::Gate>>>,
+    gate: crate::auth::SharedGate,
+    /// The natively served RPCs, once the broker's data plane runs, and the
+    /// largest request message they take (`--broker.max-grpc-recv-size`).
+    native: std::sync::RwLock<Option<(NativeService, usize)>>,
 }
 
 impl Backends {
@@ -151,8 +162,30 @@ impl Backends {
         Backends {
             grpc: grpc.map(Backend::new),
             http,
-            gate: std::sync::RwLock::new(None),
+            gate: crate::auth::SharedGate::default(),
+            native: std::sync::RwLock::new(None),
         }
+    }
+
+    /// The keys as they are now, shared with whoever else checks or signs tokens.
+    pub fn gate(&self) -> crate::auth::SharedGate {
+        self.gate.clone()
+    }
+
+    /// Serve [`NATIVE_PATHS`] with `service` from now on, refusing request messages
+    /// over `limit` bytes (None: forward them).
+    pub fn serve_natively(&self, service: Option<(NativeService, usize)>) {
+        *self.native.write().unwrap_or_else(|e| e.into_inner()) = service;
+    }
+
+    fn native_for(&self, path: &str) -> Option<(NativeService, usize)> {
+        if !NATIVE_PATHS.contains(&path) {
+            return None;
+        }
+        self.native
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Check the tokens of gRPC requests with `gate` from now on (None: don't).
@@ -189,6 +222,9 @@ impl Backends {
                     tokio::spawn(discard(body, Duration::from_secs(2)));
                     return grpc_error(16, &why);
                 }
+            }
+            if let Some((native, limit)) = self.native_for(req.uri().path()) {
+                return serve_native(native, limit, req).await;
             }
             return match &self.grpc {
                 Some(grpc) => grpc.forward(req).await,
@@ -281,7 +317,7 @@ async fn forward_http1(path: &std::path::Path, req: Request<Incoming>) -> Respon
             for name in HOP_BY_HOP {
                 parts.headers.remove(name);
             }
-            Response::from_parts(parts, body.boxed())
+            Response::from_parts(parts, body.map_err(BoxError::from).boxed_unsync())
         }
         // The client's body failed on its way (it ended before its Content-Length,
         // or its chunks don't parse): the client's fault, answered as such.
@@ -309,7 +345,7 @@ async fn forward_http1(path: &std::path::Path, req: Request<Incoming>) -> Respon
 pub fn text_response(status: http::StatusCode, text: &str) -> Response<Body> {
     let body = http_body_util::Full::new(Bytes::from(text.to_string()))
         .map_err(|never| match never {})
-        .boxed();
+        .boxed_unsync();
     let mut resp = Response::new(body);
     *resp.status_mut() = status;
     resp.headers_mut().insert(
@@ -405,9 +441,13 @@ impl Backend {
             None => Either::Right(body),
         };
         match sender.send_request(Request::from_parts(parts, body)).await {
-            Ok(resp) => resp.map(|body| validate::Answered::new(body, verdict).boxed()),
+            Ok(resp) => resp.map(|body| {
+                validate::Answered::new(body, verdict)
+                    .map_err(BoxError::from)
+                    .boxed_unsync()
+            }),
             Err(e) => match verdict.get() {
-                Some(why) => grpc_error(3, why),
+                Some(cut) => grpc_error(cut.code, &cut.why),
                 None => grpc_error(
                     14,
                     &format!("forwarding to the broker's control plane: {e}"),
@@ -422,7 +462,7 @@ pub fn grpc_error(code: u32, message: &str) -> Response<Body> {
     let mut resp = Response::new(
         Empty::<Bytes>::new()
             .map_err(|never| match never {})
-            .boxed(),
+            .boxed_unsync(),
     );
     let headers = resp.headers_mut();
     headers.insert(

@@ -8,6 +8,7 @@
 
 pub mod append;
 pub mod auth;
+pub mod bridge;
 pub mod claims;
 pub mod disk;
 pub mod flow;

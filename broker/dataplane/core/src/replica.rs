@@ -89,6 +89,10 @@ pub struct Completed {
     pub confirmed_end: i64,
     /// Whether the journal went on exactly at its end.
     pub continued: bool,
+    /// The journal's registers at its last commit, and when it was first committed
+    /// to (fragment path templates may name them).
+    pub registers: crate::protocol::LabelSet,
+    pub first_append_time: Option<std::time::SystemTime>,
 }
 
 impl Completed {
@@ -98,6 +102,8 @@ impl Completed {
             compressed: sp.compressed().map(|(f, n)| (f.clone(), n)),
             confirmed_end: sp.confirmed_end(),
             continued: sp.continued(),
+            registers: sp.registers().clone(),
+            first_append_time: sp.first_append_time(),
         }
     }
     pub fn begin(&self) -> i64 {

@@ -55,7 +55,7 @@ fn unknown(message: impl Into<String>) -> RpcStatus {
 
 /// A request that breaks the protocol's rules (Python's `pb.ValidationError`).
 pub(crate) fn invalid(e: impl std::fmt::Display) -> RpcStatus {
-    RpcStatus::invalid_argument(e.to_string())
+    RpcStatus::unknown(e.to_string())
 }
 
 fn route_changed(journal: &str) -> RpcStatus {
@@ -69,7 +69,7 @@ fn route_changed(journal: &str) -> RpcStatus {
 fn spool_error(e: SpoolError) -> RpcStatus {
     match e {
         e if e.is_write_error() => RpcStatus::unavailable(e.to_string()),
-        e @ SpoolError::InvalidContentDelta { .. } => RpcStatus::invalid_argument(e.to_string()),
+        e @ SpoolError::InvalidContentDelta { .. } => RpcStatus::unknown(e.to_string()),
         e => unknown(e.to_string()),
     }
 }

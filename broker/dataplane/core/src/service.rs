@@ -16,7 +16,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::append::{AppendContext, AppendFsm, State};
-use crate::auth::Gate;
+use crate::auth::SharedGate;
 use crate::claims::{capability, Claims};
 use crate::protocol::journal_server::Journal;
 use crate::protocol::*;
@@ -36,15 +36,16 @@ pub struct NativeJournal {
     pub replicator: Arc<Replicator>,
     /// Where appends run (None: Append is not served here).
     pub appends: Option<AppendContext>,
-    /// The broker's keys (None: auth is off, every request goes through).
-    pub gate: Option<Arc<Gate>>,
+    /// The broker's keys as they are now (None inside: auth is off, every request
+    /// goes through).
+    pub gate: SharedGate,
 }
 
 impl NativeJournal {
     /// The claims of a request's token for `require`; None when auth is off or the
     /// request may go without a token.
     fn claims<T>(&self, req: &Request<T>, require: u32) -> Result<Option<Claims>, Status> {
-        let Some(gate) = &self.gate else {
+        let Some(gate) = crate::auth::current(&self.gate) else {
             return Ok(None);
         };
         let authorization = req.metadata().get("authorization").map(|v| v.as_bytes());
@@ -135,7 +136,7 @@ impl Journal for NativeJournal {
             let why = crate::validation::validate_journal("")
                 .err()
                 .map_or_else(String::new, |e| e.to_string());
-            return Err(Status::invalid_argument(format!("Journal: {why}")));
+            return Err(Status::unknown(format!("Journal: {why}")));
         }
         // The append runs on a task of its own: a client that goes away aborts it,
         // and it gets ABORT_GRACE to leave its pipeline in order before it is torn

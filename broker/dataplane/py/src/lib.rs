@@ -13,6 +13,7 @@ use std::{
 
 use dataplane::{frontdoor, tls};
 
+mod plane;
 mod topology;
 use pyo3::{exceptions::PyOSError, exceptions::PyValueError, prelude::*};
 use tokio::sync::{oneshot, watch};
@@ -204,6 +205,17 @@ impl FrontDoor {
     }
 }
 
+impl FrontDoor {
+    /// The runtime serving the door (None once stopped): the data plane runs on it.
+    pub(crate) fn runtime_handle(&self) -> Option<tokio::runtime::Handle> {
+        self.runtime.as_ref().map(|r| r.handle().clone())
+    }
+
+    pub(crate) fn backends(&self) -> Arc<frontdoor::Backends> {
+        self.backends.clone()
+    }
+}
+
 impl Drop for FrontDoor {
     fn drop(&mut self) {
         let _ = self.stop.send(Some(Duration::ZERO));
@@ -306,6 +318,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let _ = pyo3_log::try_init();
     m.add_class::<FrontDoor>()?;
     m.add_class::<topology::Topology>()?;
+    m.add_class::<plane::Plane>()?;
+    m.add_class::<plane::SpoolHandle>()?;
     m.add_function(wrap_pyfunction!(check_token, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     Ok(())

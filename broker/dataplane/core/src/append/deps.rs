@@ -27,6 +27,9 @@ pub struct IndexSummary {
 /// fragment index and stores, fences and head recovery (all Python's).
 pub trait AppendDeps: Send + Sync + 'static {
     fn flow_limits(&self) -> FlowLimits;
+    /// Ok while this broker's etcd lease is surely valid; else why appends are
+    /// refused (UNAVAILABLE): an earlier primary must not fork the journal.
+    fn check_lease(&self) -> Result<(), String>;
     /// Dials the pipeline's peers.
     fn dial(&self) -> Dial;
     /// Metadata of this broker's calls to peers for `journal` needing `capability`

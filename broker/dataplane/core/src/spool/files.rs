@@ -61,6 +61,15 @@ pub struct SpoolFile {
     // than `&mut self`: the file is shared, and the persister forgets the names
     // while readers may still hold it.
     names: Mutex<Option<Names>>,
+    // Unique among the files of this process (see `serial`).
+    serial: u64,
+}
+
+/// Serials of spool files, counted from 1.
+static SERIALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_serial() -> u64 {
+    SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 #[derive(Debug)]
@@ -102,6 +111,7 @@ impl SpoolFile {
         match SpoolRecord::create(PathBuf::from(record_path), journal, begin, codec) {
             Ok(record) => Ok(SpoolFile {
                 file,
+                serial: next_serial(),
                 names: Mutex::new(Some(Names {
                     path,
                     record: Arc::new(record),
@@ -119,8 +129,15 @@ impl SpoolFile {
     pub fn from_file(file: File) -> SpoolFile {
         SpoolFile {
             file,
+            serial: next_serial(),
             names: Mutex::new(None),
         }
+    }
+
+    /// A number no other spool file of this process has had: whoever keeps files
+    /// by identity (the Python index, across the bridge) tells them apart by it.
+    pub fn serial(&self) -> u64 {
+        self.serial
     }
 
     /// The underlying file, for zero-copy reads (sendfile, mmap).

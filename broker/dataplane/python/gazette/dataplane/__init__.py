@@ -8,6 +8,6 @@ what it reads of etcd (specs, routes, members), which the data plane resolves
 journals against on its own threads: no request waits for the GIL.
 """
 
-from gazette.dataplane._native import FrontDoor, Topology
+from gazette.dataplane._native import FrontDoor, Plane, SpoolHandle, Topology
 
-__all__ = ["FrontDoor", "Topology"]
+__all__ = ["FrontDoor", "Plane", "SpoolHandle", "Topology"]

@@ -1,4 +1,5 @@
 from os import PathLike
+from typing import Any
 
 class FrontDoor:
     """The broker's listening port, served natively; see ``gazette.dataplane``."""
@@ -55,6 +56,72 @@ class Topology:
         proxy_header: bytes | None = None,
     ) -> tuple[int, bytes, bool]:
         """(status, serialized Header, consistent) of ``journal`` as published now."""
+
+class SpoolHandle:
+    """A spool file of the data plane, lent to Python."""
+
+    @property
+    def serial(self) -> int:
+        """A number no other spool file of this process has had."""
+    @property
+    def path(self) -> str | None:
+        """The file's name while it is recoverable."""
+    @property
+    def record_path(self) -> str | None:
+        """Its record's name while it is recoverable."""
+    def dup(self) -> int:
+        """A new descriptor of the file, the caller's to close."""
+    def unlink(self) -> None:
+        """Remove a recoverable file's names (readers keep the file)."""
+
+class Plane:
+    """The native data plane's appends and replication (see gazette.broker.server.native)."""
+
+    def __init__(
+        self,
+        front: FrontDoor,
+        topology: Topology,
+        wake_fd: int,
+        *,
+        spool_dir: str | None = None,
+        recoverable: bool = False,
+        sync: bool = False,
+        write_timeout: float = 10.0,
+        max_append_rate: int = 0,
+        min_append_rate: int | None = None,
+        max_replication: int = 9,
+        max_message_size: int = 4 << 20,
+        recovery_delay: float = 20.0,
+        resume_head_gaps: bool = True,
+        peer_ca_file: str | None = None,
+        peer_cert_file: str | None = None,
+        peer_key_file: str | None = None,
+    ) -> None: ...
+    def serve(self) -> None:
+        """The front door serves Append and Replicate here from now on."""
+    def update_local(
+        self, assignments: list[tuple[str, bool, int, int, list[tuple[str, str]]]]
+    ) -> list[str]:
+        """Reconcile replicas with (journal, primary, create revision, lease, members)."""
+    def drain(self) -> list[tuple[Any, ...]]:
+        """Everything the outbox holds, in order (see the module documentation)."""
+    def answer(self, id: int, value: int | None = None, error: str | None = None) -> None:
+        """Python's answer to an ask."""
+    def set_index(
+        self, journal: str, first_refresh_done: bool, begin: int, end: int, mod_time: int
+    ) -> None:
+        """What the journal's fragment index says now."""
+    def set_store_health(self, url: str, failure: str | None = None) -> None:
+        """The last health check of a store (None: it passed)."""
+    def set_lease(self, valid_for: float | None, cut_off: str | None = None) -> None:
+        """How long our lease is surely valid from now; why we are cut off, if we are."""
+    def flush_all(self) -> None:
+        """Every replica rolls its spool soon (the lease is in doubt)."""
+    def __len__(self) -> int: ...
+    def stop(self, timeout: float) -> None:
+        """Stop every replica within ``timeout`` seconds (blocks, without the GIL)."""
+    def close(self) -> None:
+        """Stop serving natively; asks fail from now on."""
 
 def check_token(
     keys: list[bytes],

@@ -366,6 +366,12 @@ class NativePort:
         self.topology = topology
         """What the data plane knows of the cluster; the broker publishes into it."""
 
+    def plane(self, wake_fd: int, **settings: Any) -> dataplane.Plane:
+        """The native data plane on this port's threads (see gazette.broker.server.native)."""
+        from gazette import dataplane  # Servers only: clients never load it.
+
+        return dataplane.Plane(self._front, self.topology, wake_fd, **settings)
+
     def set_auth(self, keys: auth.KeyedAuth | auth.NoopAuth) -> None:
         """Refuse gRPC requests at the door, unread, unless their bearer token is
         signed by one of ``keys`` (NoopAuth: check nothing). The server still

@@ -67,6 +67,8 @@ from gazette.broker.server import (
     isolation,
     keyreload,
     metrics,
+    native,
+    replica,
     service,
     topology,
 )
@@ -223,6 +225,7 @@ async def serve(
         )
     )
     ready = False
+    native_host: native.NativeHost | None = None
     http_front: dial.NativePort | None = None
     http_metrics = 0
     # The journal gateway (its RPCs go to our own gRPC endpoint, so they route and
@@ -295,7 +298,8 @@ async def serve(
             observed = session.observed
             assert observed is not None
             # From here on the data plane resolves journals as we do.
-            topology.Publisher(observed, front.topology).start()
+            publisher = topology.Publisher(observed, front.topology)
+            publisher.start()
             watch_task = tg.create_task(ks.watch(client), name="keyspace watch")
             if reloader is not None:
                 reload_task = tg.create_task(reloader.run(), name="auth key reload")
@@ -327,9 +331,21 @@ async def serve(
                     peer_tls=peer_tls,
                 ),
                 lease_valid=lambda: session.lease.valid(loop.time()),
+                lease_remaining=lambda: _remaining(session.lease.valid_until - loop.time()),
                 authorization=keys,
                 fences=fence_keeper,
             )
+            if bcfg.native_appends:
+                native_host = _native_host(bcfg, front, svc, spool_config, peer_tls, lease_ttl)
+                svc.native = native_host
+                svc.publish_lease()
+                # Replicas before routes: a journal that resolves here finds its replica.
+                native_host.update_local(observed.state)
+                publisher.before_publish = lambda: native_host.update_local(observed.state)
+                native_host.start()
+                publishing = tg.create_task(
+                    _publish_native(svc, native_host), name="native data plane publisher"
+                )
             persister_task = tg.create_task(pers.serve(), name="persister")
             replicas_task = tg.create_task(svc.run(), name="replicas")
             pb2_grpc.add_JournalServicer_to_server(api.JournalServicer(svc), server)
@@ -375,6 +391,9 @@ async def serve(
 
             svc.stop_replicas()
             front.topology.stop_serving_local_replicas()
+            if native_host is not None:
+                publishing.cancel()
+                await native_host.stop(replica.SHUTDOWN_PIPELINE_TIMEOUT * 2)
             await front.stop(GRACEFUL_STOP_TIMEOUT)
             await server.stop(GRACEFUL_STOP_TIMEOUT)
             await replicas_task
@@ -398,6 +417,8 @@ async def serve(
     finally:
         metrics.ports.remove(port_metrics)
         metrics.ports.remove(http_metrics)
+        if native_host is not None:
+            native_host.close()
         await front.stop(0)
         if http_front is not None:
             await http_front.stop(0)
@@ -406,6 +427,54 @@ async def serve(
         await port_gateway.close()
         with contextlib.suppress(keyspace.errors.KeySpaceError, OSError):
             await client.close()
+
+
+def _remaining(seconds: float) -> float | None:
+    return seconds if seconds > 0 else None
+
+
+def _native_host(
+    bcfg: config.BrokerConfig,
+    front: dial.NativePort,
+    svc: service.Service,
+    spool_config: spool.SpoolConfig,
+    peer_tls: dial.TLS,
+    lease_ttl: int,
+) -> native.NativeHost:
+    """The native data plane of this broker, serving on ``front``'s threads."""
+
+    def make(wake_fd: int) -> native.Plane:
+        return front.plane(
+            wake_fd,
+            spool_dir=spool_config.directory,
+            recoverable=spool_config.recoverable,
+            sync=spool_config.sync,
+            write_timeout=spool_config.write_timeout,
+            max_append_rate=bcfg.max_append_rate,
+            min_append_rate=bcfg.min_append_rate,
+            max_replication=bcfg.max_replication,
+            max_message_size=bcfg.max_grpc_recv_size,
+            recovery_delay=lease_ttl + 2.0,
+            resume_head_gaps=bcfg.resume_head_gaps,
+            peer_ca_file=peer_tls.ca_file or None,
+            peer_cert_file=peer_tls.cert_file or None,
+            peer_key_file=peer_tls.key_file or None,
+        )
+
+    return native.NativeHost(make, svc, spool_config)
+
+
+async def _publish_native(svc: service.Service, host: native.NativeHost) -> None:
+    """Keep the lease and the stores' health current in the data plane."""
+    while True:
+        svc.publish_lease()
+        urls: set[str] = set()
+        for rep in svc.replicas.all():
+            spec = svc.lookup_spec(rep.journal)
+            if spec is not None:
+                urls.update(spec.fragment.stores[:1])
+        host.publish_store_health(svc.registry, urls)
+        await asyncio.sleep(native.PUBLISH_INTERVAL)
 
 
 def _isolation(

@@ -95,6 +95,10 @@ class ReplicaHost(Protocol):
         """Offset ranges ``journal`` skipped for good (recorded with its fence)."""
         ...
 
+    def index_changed(self, replica: Replica) -> None:
+        """A native replica's index changed: the data plane reads its summary."""
+        ...
+
 
 class Replica:
     """Runtime state of one locally assigned journal; see the module docstring."""
@@ -111,9 +115,13 @@ class Replica:
         recovery_delay: float = DEFAULT_RECOVERY_DELAY,
         resume_head_gaps: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        native: bool = False,
     ) -> None:
         self.journal = journal
         self.host = host
+        # The native data plane holds the spool and runs the daemons but refresh;
+        # this replica keeps the index it serves reads from (see server.native).
+        self.native = native
         self.primary = primary
         self.create_revision = create_revision
         # The etcd lease of our assignment when this replica was made (ReplicaSet).
@@ -466,9 +474,20 @@ class Replica:
 
     # -- Lifetime -----------------------------------------------------------------------
 
+    def clock(self) -> float:
+        """The replica's monotonic clock (``listed_at`` is in its seconds)."""
+        return self._clock()
+
     async def serve(self) -> None:
         """Run the daemons until :meth:`stop`, then shut down."""
         log.info("starting local journal replica %s (primary %s)", self.journal, self.primary)
+        if self.native:
+            async with asyncio.TaskGroup() as tg:
+                refresh = tg.create_task(self._refresh_daemon(), name=f"refresh {self.journal}")
+                await self._stopping.wait()
+                refresh.cancel()
+            self.index.close()
+            return
         async with asyncio.TaskGroup() as tg:
             refresh = tg.create_task(self._refresh_daemon(), name=f"refresh {self.journal}")
             flush = tg.create_task(self._flush_daemon(), name=f"flush {self.journal}")
@@ -497,6 +516,8 @@ class Replica:
             else:
                 self.index.replace_remote(listing)
                 self.listed_at = started
+                if self.native:
+                    self.host.index_changed(self)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(
                     max(1.0, pb.duration_seconds(spec.fragment.refresh_interval))

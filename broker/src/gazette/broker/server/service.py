@@ -20,15 +20,17 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import aetcd
 import grpc
 
 from gazette import allocator
+from gazette.allocator import keys as alloc_keys
 from gazette.allocator import txn
 from gazette.broker import protocol as pb
-from gazette.broker.fragment import persister, spool, stores
+from gazette.broker.fragment import index, persister, spool, stores
 from gazette.broker.protocol import auth, dial
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 from gazette.broker.server import (
@@ -42,6 +44,9 @@ from gazette.broker.server import (
     resolver,
 )
 from gazette.broker.server import fences as fences_
+from gazette.broker.server import (
+    native as native_,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +78,9 @@ class ServiceConfig:
     """Whether such a journal resumes at all without `gazctl journals reset-head`."""
     peer_tls: dial.TLS = dataclasses.field(default_factory=dial.TLS)
     """Our side of TLS to peers with ``https://`` endpoints (``--broker.peer-*-file``)."""
+    native: bool = False
+    """Appends and replication run in the native data plane (``--broker.native-appends``):
+    replicas here keep only the fragment index (see gazette.broker.server.native)."""
 
 
 class Peers:
@@ -151,6 +159,7 @@ class Service:
         *,
         clock: Callable[[], float] = time.time,
         lease_valid: Callable[[], bool] = lambda: True,
+        lease_remaining: Callable[[], float | None] = lambda: None,
         authorization: auth.ServerAuth | None = None,
         fences: fences_.Fences | None = None,
     ) -> None:
@@ -162,6 +171,8 @@ class Service:
         #: per call: a :class:`~auth.SwappableAuth` rotates keys under a serving broker.
         self.auth: auth.ServerAuth = authorization or auth.NoopAuth()
         self.lease_valid = lease_valid
+        #: Seconds our lease is surely valid from now (None: in doubt, or unknown).
+        self.lease_remaining = lease_remaining
         self.observed = observed
         self.registry = registry
         self.persister = persister_
@@ -173,7 +184,26 @@ class Service:
         self.stop_proxy_reads = asyncio.Event()
         #: Why no other broker answers us, while that lasts (see isolation): we hold no
         #: lease, and calls proxied to a peer would hang.
-        self.cut_off: str | None = None
+        self._cut_off: str | None = None
+        #: The native data plane, when it serves appends (set by the broker process).
+        self.native: native_.NativeHost | None = None
+
+    @property
+    def cut_off(self) -> str | None:
+        return self._cut_off
+
+    @cut_off.setter
+    def cut_off(self, why: str | None) -> None:
+        self._cut_off = why
+        self.publish_lease()
+
+    def publish_lease(self) -> None:
+        """Tell the native data plane how long our lease is surely valid (and whether
+        we are cut off): it refuses writes past that without asking us."""
+        if self.native is None:
+            return
+        valid_for = self.lease_remaining()
+        self.native.publish_lease(valid_for, self._cut_off)
 
     def _new_replica(self, journal: str, primary: bool, create_revision: int) -> replica.Replica:
         return replica.Replica(
@@ -185,6 +215,7 @@ class Service:
             pulse_interval=self.config.pulse_interval,
             recovery_delay=self.config.recovery_delay,
             resume_head_gaps=self.config.resume_head_gaps,
+            native=self.native is not None,
         )
 
     async def run(self) -> None:
@@ -225,6 +256,8 @@ class Service:
         completed replica copies upload at once rather than after their delay.
         """
         self.persister.hurry()
+        if self.native is not None:
+            self.native.plane.flush_all()
         for rep in self.replicas.all():
             rep.request_flush()
 
@@ -377,10 +410,14 @@ class Service:
 
     async def update_assignments(self, resolution: resolver.Resolution) -> int:
         assert isinstance(resolution, resolver.Resolution)
-        rt = allocator.route_of(resolution.assignments)
+        return await self._write_route(resolution.assignments)
+
+    async def _write_route(self, assignments: Sequence[alloc_keys.KeyValue]) -> int:
+        """Write the route of ``assignments`` into each of their values."""
+        rt = allocator.route_of(assignments)
         value = rt.SerializeToString()
         cmps, ops = [], []
-        for kv in resolution.assignments:
+        for kv in assignments:
             if not pb.route_equivalent(rt, kv.decoded.value):
                 # Keep the assignment's lease: it is the assigned member's, not ours.
                 ops.append(txn.put(kv.key, value, ignore_lease=True))
@@ -400,6 +437,9 @@ class Service:
         return await self._checked_txn(cmps, ops, "updating JournalSpec")
 
     async def checkpoint_head(self, rep: replica.Replica, offset: int) -> None:
+        await self.checkpoint_journal_head(rep.journal, offset)
+
+    async def checkpoint_journal_head(self, journal: str, offset: int) -> None:
         """Record in the JournalSpec that ``rep``'s journal goes on at ``offset``.
 
         A stopping primary calls it with the end of everything it held (which its
@@ -412,7 +452,7 @@ class Service:
         txn holds only while our primary assignment (under our live lease) does.
         """
         state = self.observed.state
-        i = state.find_item(rep.journal)
+        i = state.find_item(journal)
         if i == -1 or not self.lease_valid():
             return
         item = state.items[i]
@@ -437,9 +477,7 @@ class Service:
         cmps.extend(txn.mod_revision_is(kv.key, kv.mod_revision) for kv in ours)
         ops = [txn.put(item.key, update.SerializeToString())]
         if await self._checked_txn(cmps, ops, "recording the journal head"):
-            log.info(
-                "journal %s: head recorded at %d for whoever serves it next", rep.journal, offset
-            )
+            log.info("journal %s: head recorded at %d for whoever serves it next", journal, offset)
 
     async def _checked_txn(self, cmps: list[object], ops: list[object], what: str) -> int:
         """Run a guarded txn; the revision to read through (0 if it lost its race)."""
@@ -472,7 +510,9 @@ class Service:
     async def await_store_health(self, resolution: resolver.Resolution) -> str | None:
         spec = resolution.journal_spec
         assert spec is not None and spec.fragment.stores
-        url = spec.fragment.stores[0]
+        return await self._await_health_of(spec.fragment.stores[0])
+
+    async def _await_health_of(self, url: str) -> str | None:
         active = self.registry.get(url)
         for attempt in range(append_fsm.STORE_HEALTH_CHECK_RETRIES + 1):
             next_check, err = active.health_status()
@@ -485,3 +525,65 @@ class Service:
 
     def desired_replication(self, spec: pb.JournalSpec) -> int:
         return pb.desired_replication(spec, self.config.max_replication)
+
+    # -- native.Host --------------------------------------------------------------------
+
+    def local_index(self, journal: str) -> index.Index | None:
+        rep = self.replicas.get(journal)
+        return None if rep is None else rep.index
+
+    def index_changed(self, rep: replica.Replica) -> None:
+        """The replica's index changed (a listing, a commit): the data plane reads it."""
+        if self.native is not None:
+            self.native.publish_index(rep.journal, rep.index)
+
+    async def answer_ask(self, kind: str, journal: str, a: int, b: int, extra: Any) -> int | None:
+        """Answers an ask of the native data plane (see the crate's ``bridge.Ask``)."""
+        if kind == "update_assignments":
+            await self.observed.ks.wait_for_revision(a)
+            state = self.observed.state
+            i = state.find_item(journal)
+            if i == -1:
+                return 0
+            return await self._write_route(state.assignments_of(i))
+        if kind == "update_journal_spec":
+            await self.observed.ks.wait_for_revision(a)
+            state = self.observed.state
+            i = state.find_item(journal)
+            if i == -1:
+                return 0
+            item, assignments = state.items[i], state.assignments_of(i)
+            if max([item.mod_revision, *(kv.mod_revision for kv in assignments)]) > a:
+                return 0  # Changed since the append read it: it resolves again.
+            cmps = [txn.mod_revision_is(item.key, item.mod_revision)]
+            cmps.extend(txn.mod_revision_is(kv.key, kv.mod_revision) for kv in assignments)
+            ops = [txn.put(item.key, bytes(extra))]
+            return await self._checked_txn(cmps, ops, "updating JournalSpec")
+        if kind == "checkpoint_head":
+            await self.checkpoint_journal_head(journal, a)
+            return None
+        if kind == "head_resumes_at":
+            return await self.head_resumes_at(journal, a)
+        if kind == "await_store_health":
+            failure = await self._await_health_of(str(extra))
+            if failure is not None:
+                raise errors.BrokerServerError(failure)
+            return None
+        rep = self.replicas.get(journal)
+        if rep is None:
+            raise errors.BrokerServerError(f"{journal} is not served here")
+        if kind == "listing_covers":
+            asked = rep.clock()
+            rep.refresh_now()
+            while rep.listed_at < asked:  # A store outage keeps the answer back.
+                await rep.index.next_listing()
+                if rep.stopping:
+                    raise errors.BrokerServerError(f"replica of {journal} stopped")
+            return int(rep.index.stored_covers(a, b))
+        if kind == "cover_fence":
+            fence = rep.fence
+            if fence is None:
+                raise errors.BrokerServerError(f"{journal}: not its primary here")
+            await fence.cover(a)
+            return fence.covered
+        raise errors.BrokerServerError(f"unknown ask {kind!r} of the data plane")

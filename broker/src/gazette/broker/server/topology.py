@@ -15,7 +15,7 @@ The registry resolves as :class:`~gazette.broker.server.resolver.Resolver` does;
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from gazette import allocator
@@ -52,6 +52,8 @@ class Publisher:
         self._assign = root + alloc_keys.ASSIGNMENTS_PREFIX
         self._members = root + alloc_keys.MEMBERS_PREFIX
         self._published: set[str] = set()
+        #: Called before each publication (the native data plane's replicas first).
+        self.before_publish: Callable[[], None] | None = None
 
     def start(self) -> None:
         """Publish the keyspace as it is, then every update as it comes."""
@@ -100,6 +102,8 @@ class Publisher:
                 for m in (kv.decoded for kv in state.members)
             ]
         local = state.local_member
+        if self.before_publish is not None:
+            self.before_publish()
         self.registry.publish(
             self.observed.ks.header.SerializeToString(),
             (local.zone, local.suffix) if local is not None else None,

@@ -93,7 +93,8 @@ async fn a_malformed_message_is_refused_naming_its_field() {
         "{why}"
     );
     assert!(why.contains("AppendRequest.journal"), "{why}");
-    assert_eq!(verdict.get(), Some(&why));
+    assert_eq!(verdict.get().map(|c| &c.why), Some(&why));
+    assert_eq!(verdict.get().map(|c| c.code), Some(3));
 
     // Truncated varints and random bytes alike.
     for bytes in [&[0x08, 0xff][..], &[0xff; 300][..]] {
@@ -142,7 +143,7 @@ impl std::fmt::Display for Reset {
 async fn a_response_cut_by_a_verdict_ends_invalid_argument() {
     let reset = || StreamBody::new(tokio_stream::iter(vec![Err::<Frame<Bytes>, _>(Reset)]));
     let verdict = Verdict::default();
-    let _ = verdict.set("malformed request message: boom".to_string());
+    verdict.set(3, "malformed request message: boom".to_string());
     let mut answered = Answered::new(reset(), verdict);
     let trailers = answered
         .frame()
