@@ -591,4 +591,4 @@ impl AppendFsm {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -24,7 +24,8 @@
 //! that *head gap* once it is safe ([`Replica::head_recovery_ready`], in
 //! `head_gap`).
 //!
-//! [`ReplicaSet`] keeps one replica per journal assigned to this broker.
+//! [`ReplicaSet`] keeps one replica per journal assigned to this broker, and runs a
+//! daemon beside each (the pulse: see `crate::pulse`).
 
 use std::fmt;
 use std::future::Future;
@@ -40,7 +41,7 @@ mod held;
 mod set;
 pub use head_gap::DEFAULT_RECOVERY_DELAY;
 pub use held::{Keeper, StoringAtOnce};
-pub use set::{LocalAssignment, ReplicaSet};
+pub use set::{LocalAssignment, ReplicaDaemon, ReplicaSet};
 
 use crate::disk::AsyncSpool;
 use crate::flow::FlowState;

@@ -39,6 +39,8 @@ pub(crate) struct FakeDeps {
     fence_err: Mutex<Option<String>>,
     fenced: Mutex<Vec<i64>>,
     pub(crate) resumes_at: Mutex<Option<i64>>,
+    /// How often AwaitDesiredReplicas asked (once per append that got that far).
+    pub(crate) replication_asked: Mutex<usize>,
 }
 
 impl AppendDeps for FakeDeps {
@@ -52,6 +54,7 @@ impl AppendDeps for FakeDeps {
         MetadataMap::new()
     }
     fn desired_replication(&self, spec: &JournalSpec) -> usize {
+        *self.replication_asked.lock().unwrap() += 1;
         use journal_spec::suspend::Level;
         match spec.suspend.as_ref().map(|s| s.level) {
             Some(l) if l == Level::Partial as i32 => 1,

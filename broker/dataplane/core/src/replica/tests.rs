@@ -433,6 +433,42 @@ async fn the_set_keeps_a_replica_until_its_assignment_changes_in_kind() {
     assert!(set.is_empty()); // None made once stopped.
 }
 
+#[tokio::test]
+async fn the_set_runs_its_daemon_beside_each_replica_until_it_stops() {
+    let host = Arc::new(FakeHost::default());
+    let set = ReplicaSet::new(host.clone(), ReplicaConfig::default());
+    set.update(vec![assignment("a/j", true, 1, 7)]);
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let seen = ran.clone();
+    set.set_daemon(Arc::new(move |rep: Arc<Replica>| {
+        let seen = seen.clone();
+        Box::pin(async move {
+            seen.lock().unwrap().push(rep.journal().to_owned());
+            rep.stopped().await;
+            seen.lock().unwrap().push(format!("{} done", rep.journal()));
+        })
+    }));
+    // Replicas serving already get one, and so does each new replica.
+    set.update(vec![
+        assignment("a/j", true, 1, 7),
+        assignment("b/j", false, 1, 7),
+    ]);
+    let started = async {
+        while ran.lock().unwrap().len() < 2 {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), started)
+        .await
+        .expect("both daemons start");
+    tokio::time::timeout(Duration::from_secs(5), set.stop_all())
+        .await
+        .expect("the set stops");
+    let mut ran = ran.lock().unwrap().clone();
+    ran.sort();
+    assert_eq!(ran, ["a/j", "a/j done", "b/j", "b/j done"]);
+}
+
 /// A replica whose head gaps recover after `delay` (never, without `resume`).
 fn gapped(host: &Arc<FakeHost>, delay: Duration, resume: bool) -> Arc<Replica> {
     let config = ReplicaConfig {
