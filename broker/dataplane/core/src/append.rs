@@ -51,6 +51,10 @@ use crate::replica::{HeldPipeline, Replica};
 pub const REPLICATE_CONTENT_BYTES: usize = 256 * 1024;
 /// A journal's flush interval unless its spec sets one.
 pub const DEFAULT_FLUSH_INTERVAL_S: i64 = 24 * 3600;
+/// How long an aborted append (its client went away, or a pulse ran out of time)
+/// may take to finish on its own before its pipeline is torn down (the Python
+/// `ABORT_GRACE`; see [`AppendFsm::run_bounded`]).
+pub const ABORT_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The states of an append.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -590,4 +594,4 @@ impl AppendFsm {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -52,6 +52,9 @@ pub const PEER_TOKEN_LIFETIME: u64 = 3600;
 /// What Python is asked; each is answered with [`Answer`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum Ask {
+    /// List the journal's stores now; answered once a listing started after the
+    /// ask was applied to the index.
+    RefreshListing { journal: String },
     /// Whether the journal's stores hold `[begin, end)`, by a listing started now
     /// (Ok(1) or Ok(0)).
     ListingCovers {
@@ -108,10 +111,6 @@ pub struct BridgeConfig {
     pub max_replication: usize,
     /// The largest message of a call to a peer (a Replicate carries an append's chunk).
     pub max_message_size: usize,
-    /// How long a head gap must be seen before the journal resumes past it.
-    pub recovery_delay: Duration,
-    /// Whether head gaps resume at all (`--broker.resume-head-gaps`).
-    pub resume_head_gaps: bool,
     /// Our side of TLS to peers with `https://` endpoints.
     pub peer_tls: Option<PeerTls>,
 }
@@ -122,8 +121,6 @@ impl Default for BridgeConfig {
             flow_limits: FlowLimits::default(),
             max_replication: 9,
             max_message_size: 4 << 20,
-            recovery_delay: Duration::from_secs(20),
-            resume_head_gaps: true,
             peer_tls: None,
         }
     }
@@ -203,8 +200,6 @@ pub struct Bridge {
     // Stores by URL: their health check's failure, if any (absent: not checked yet).
     store_health: RwLock<HashMap<String, Option<String>>>,
     fences: Arc<Mutex<HashMap<String, deps::Fence>>>,
-    head_gaps: Mutex<HashMap<String, deps::HeadGap>>,
-    refused_gaps: Mutex<HashMap<String, (i64, i64)>>,
     // Until when our etcd lease is surely valid, and why no peer answers us (if so).
     lease: RwLock<(Option<Instant>, Option<String>)>,
     gate: SharedGate,
@@ -228,8 +223,6 @@ impl Bridge {
             index: Mutex::default(),
             store_health: RwLock::default(),
             fences: Arc::default(),
-            head_gaps: Mutex::default(),
-            refused_gaps: Mutex::default(),
             lease: RwLock::new((None, None)),
             channels: Arc::new(Channels {
                 tls: config.peer_tls.clone(),
@@ -278,8 +271,6 @@ impl Bridge {
     pub fn forget_journal(&self, journal: &str) {
         lock(&self.index).remove(journal);
         lock(&self.fences).remove(journal);
-        lock(&self.head_gaps).remove(journal);
-        lock(&self.refused_gaps).remove(journal);
     }
 
     /// The replica of `journal` was made anew (another lease, a re-created
@@ -287,8 +278,6 @@ impl Bridge {
     /// first acknowledgement, as Python's fresh replica does.
     pub fn replica_replaced(&self, journal: &str) {
         lock(&self.fences).remove(journal);
-        lock(&self.head_gaps).remove(journal);
-        lock(&self.refused_gaps).remove(journal);
     }
 
     /// The health of the store at `url`: None when its last check passed.
@@ -466,6 +455,18 @@ impl ReplicaHost for Bridge {
                     tracing::warn!("journal {journal}: store listing failed: {e}");
                     false
                 }
+            }
+        })
+    }
+
+    fn refresh_listing(&self, journal: &str) -> BoxFuture<()> {
+        let journal = journal.to_owned();
+        let asked = self.ask(Ask::RefreshListing {
+            journal: journal.clone(),
+        });
+        Box::pin(async move {
+            if let Err(e) = asked.await {
+                tracing::warn!("journal {journal}: store listing not refreshed: {e}");
             }
         })
     }

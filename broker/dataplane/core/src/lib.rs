@@ -15,6 +15,7 @@ pub mod flow;
 pub mod frontdoor;
 pub mod labels;
 pub mod pipeline;
+pub mod pulse;
 pub mod registry;
 pub mod replica;
 pub mod replicate;

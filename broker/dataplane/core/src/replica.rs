@@ -20,7 +20,12 @@
 //! rolls the spool one last time, releases what it held and, on a primary, records
 //! where the journal goes on ([`ReplicaHost::checkpoint_head`]).
 //!
-//! [`ReplicaSet`] keeps one replica per journal assigned to this broker.
+//! A primary whose spools trail the journal's persisted fragments resumes past
+//! that *head gap* once it is safe ([`Replica::head_recovery_ready`], in
+//! `head_gap`).
+//!
+//! [`ReplicaSet`] keeps one replica per journal assigned to this broker, and runs a
+//! daemon beside each (the pulse: see `crate::pulse`).
 
 use std::fmt;
 use std::future::Future;
@@ -31,10 +36,12 @@ use std::time::Duration;
 
 use tokio::sync::{watch, Notify, OwnedMutexGuard};
 
+mod head_gap;
 mod held;
 mod set;
+pub use head_gap::DEFAULT_RECOVERY_DELAY;
 pub use held::{Keeper, StoringAtOnce};
-pub use set::{LocalAssignment, ReplicaSet};
+pub use set::{LocalAssignment, ReplicaDaemon, ReplicaSet};
 
 use crate::disk::AsyncSpool;
 use crate::flow::FlowState;
@@ -76,6 +83,11 @@ pub trait ReplicaHost: Send + Sync + 'static {
 
     /// Records that the journal goes on at `offset` (a primary stopping).
     fn checkpoint_head(&self, journal: &str, offset: i64) -> BoxFuture<Result<(), String>>;
+
+    /// Lists the journal's stores now rather than at the next refresh interval;
+    /// completes once a listing started after this call was applied to the index
+    /// (one that fails is retried: a store outage holds the answer back).
+    fn refresh_listing(&self, journal: &str) -> BoxFuture<()>;
 }
 
 /// A fragment a spool completed, as the persister takes it.
@@ -141,6 +153,12 @@ pub type HeldPipeline = OwnedMutexGuard<Option<Arc<Pipeline>>>;
 pub struct ReplicaConfig {
     pub spool: Arc<SpoolConfig>,
     pub doubt_delay: Duration,
+    /// How long a head gap must be seen before the journal resumes past it (at
+    /// least a member lease: see `head_gap`).
+    pub recovery_delay: Duration,
+    /// Whether a head gap is resumed past at all without `gazctl journals
+    /// reset-head` (`--broker.resume-head-gaps`).
+    pub resume_head_gaps: bool,
 }
 
 impl Default for ReplicaConfig {
@@ -148,6 +166,8 @@ impl Default for ReplicaConfig {
         ReplicaConfig {
             spool: Arc::default(),
             doubt_delay: DOUBT_DELAY,
+            recovery_delay: DEFAULT_RECOVERY_DELAY,
+            resume_head_gaps: true,
         }
     }
 }
@@ -168,6 +188,10 @@ pub struct Replica {
     flush: Notify,
     confirm: Notify,
     stopping: watch::Sender<bool>,
+    recovery_delay: Duration,
+    resume_head_gaps: bool,
+    head_gaps: Mutex<head_gap::HeadGaps>,
+    head_gap_listed: Notify,
     // The slots, kept by shutdown so that nothing holds them again.
     retired: Mutex<Option<(HeldSpool, HeldPipeline)>>,
 }
@@ -214,6 +238,10 @@ impl Replica {
             flush: Notify::new(),
             confirm: Notify::new(),
             stopping: watch::Sender::new(false),
+            recovery_delay: config.recovery_delay,
+            resume_head_gaps: config.resume_head_gaps,
+            head_gaps: Mutex::default(),
+            head_gap_listed: Notify::new(),
             retired: Mutex::new(None),
         })
     }

@@ -27,9 +27,7 @@ type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 /// How many answers of a stream may wait for the client before the server waits.
 const ANSWERS_BUFFERED: usize = 32;
 
-/// How long an append whose client went away may take to finish on its own before
-/// its pipeline is torn down (the Python `ABORT_GRACE`).
-pub const ABORT_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+pub use crate::append::ABORT_GRACE;
 
 /// The natively served part of a broker's `protocol.Journal` service.
 pub struct NativeJournal {
@@ -145,33 +143,13 @@ impl Journal for NativeJournal {
         let aborted = fsm.aborted.clone();
         let _abort_on_drop = AbortOnDrop(aborted.clone());
         let appended = tokio::spawn(async move {
-            let driven = fsm.run(Some(requests));
-            let given_up = async {
-                aborted.wait().await;
-                tokio::time::sleep(ABORT_GRACE).await;
-            };
-            let outcome = tokio::select! {
-                out = driven => Some(out),
-                () = given_up => None,
-            };
-            match outcome {
+            let gone = async move { aborted.wait().await };
+            match fsm.run_bounded(Some(requests), gone).await {
                 Some((totals, rest)) => {
                     let rest = rest.filter(|_| fsm.state == State::Proxy);
                     (fsm, totals, rest)
                 }
-                None => {
-                    tracing::warn!(
-                        "abandoning append of {} in state {:?}",
-                        fsm.req.journal,
-                        fsm.state
-                    );
-                    fsm.abandon().await;
-                    if !fsm.state.is_terminal() {
-                        fsm.err = Some(Status::cancelled("context canceled"));
-                        fsm.state = State::Error;
-                    }
-                    (fsm, (0, 0), None)
-                }
+                None => (fsm, (0, 0), None),
             }
         });
         let (fsm, (total, delayed), rest) = appended

@@ -20,6 +20,7 @@ use dataplane::{
     flow::{FlowClock, FlowLimits},
     frontdoor::{Backends, NativeService},
     protocol::{journal_server::JournalServer, process_spec},
+    pulse::{self, PulseConfig},
     replica::{LocalAssignment, ReplicaConfig, ReplicaSet},
     replicate::Replicator,
     service::NativeJournal,
@@ -111,6 +112,7 @@ impl Plane {
         front, topology, wake_fd, *, spool_dir=None, recoverable=false, sync=false,
         write_timeout=10.0, max_append_rate=0, min_append_rate=None, max_replication=9,
         max_message_size=4<<20, recovery_delay=20.0, resume_head_gaps=true,
+        pulse_interval=60.0, auto_suspend=false,
         peer_ca_file=None, peer_cert_file=None, peer_key_file=None,
     ))]
     fn new(
@@ -127,6 +129,8 @@ impl Plane {
         max_message_size: usize,
         recovery_delay: f64,
         resume_head_gaps: bool,
+        pulse_interval: f64,
+        auto_suspend: bool,
         peer_ca_file: Option<String>,
         peer_cert_file: Option<String>,
         peer_key_file: Option<String>,
@@ -155,8 +159,6 @@ impl Plane {
             flow_limits,
             max_replication,
             max_message_size,
-            recovery_delay: seconds("recovery_delay", recovery_delay)?,
-            resume_head_gaps,
             peer_tls,
         };
         // The pipe is Python's; the plane writes to a descriptor of its own.
@@ -179,23 +181,33 @@ impl Plane {
         };
         let replica_config = ReplicaConfig {
             spool: Arc::new(spool),
+            recovery_delay: seconds("recovery_delay", recovery_delay)?,
+            resume_head_gaps,
             ..ReplicaConfig::default()
+        };
+        let pulse = PulseConfig {
+            interval: seconds("pulse_interval", pulse_interval)?,
+            auto_suspend,
         };
         let replicas = Arc::new(ReplicaSet::new(bridge.clone(), replica_config));
         let registry = topology.registry.clone();
         let lease_bridge = bridge.clone();
+        let appends = AppendContext {
+            registry: registry.clone(),
+            replicas: replicas.clone(),
+            deps: bridge.clone(),
+            flow_clock: FlowClock::new(),
+        };
+        // Every replica pulses: its primary writes the route into the assignments
+        // (what makes the allocator see the journal consistent) before any append.
+        pulse::install(&appends, pulse);
         let native = NativeJournal {
             replicator: Arc::new(Replicator {
                 registry: registry.clone(),
                 replicas: replicas.clone(),
                 check_lease: Arc::new(move || lease_bridge.check_lease()),
             }),
-            appends: Some(AppendContext {
-                registry,
-                replicas: replicas.clone(),
-                deps: bridge.clone(),
-                flow_clock: FlowClock::new(),
-            }),
+            appends: Some(appends),
             gate: backends.gate(),
         };
         // The door refuses larger messages itself (with Python's status and text);
@@ -422,6 +434,7 @@ fn event_tuple<'py>(py: Python<'py>, event: Event) -> PyResult<Bound<'py, PyTupl
         Event::Ask { id, ask } => {
             let none = || py.None().into_bound(py);
             let (kind, journal, a, b, spec) = match ask {
+                Ask::RefreshListing { journal } => ("refresh_listing", journal, 0, 0, none()),
                 Ask::ListingCovers {
                     journal,
                     begin,

@@ -9,6 +9,7 @@
 //! it back), and ReadAcknowledgements waits, in pipeline order, for every peer's
 //! verdict.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -16,7 +17,7 @@ use futures_util::Stream;
 use sha1::{Digest, Sha1};
 use tonic::Status as RpcStatus;
 
-use super::{journal_may_write, pipeline_error, AppendFsm, State};
+use super::{journal_may_write, pipeline_error, AppendFsm, State, ABORT_GRACE};
 use crate::flow::{FlowControl, FlowError};
 use crate::labels;
 use crate::pipeline::{describe_status, Pipeline};
@@ -340,6 +341,43 @@ impl AppendFsm {
         }
         self.release_pipeline();
         (totals, None)
+    }
+
+    /// Runs as [`run`](Self::run) unless `give_up` completes first (None then).
+    /// The machine is then aborted, which ends it at its next state but never
+    /// half-way through content or acknowledgements, and given [`ABORT_GRACE`] to
+    /// get there; past that it is abandoned (its pipeline torn down) and left in
+    /// Error. The one driver of the Append RPC and of the pulse.
+    pub async fn run_bounded<S>(
+        &mut self,
+        requests: Option<S>,
+        give_up: impl Future<Output = ()>,
+    ) -> Option<((i64, i64), Option<S>)>
+    where
+        S: Stream<Item = Result<AppendRequest, RpcStatus>> + Send + 'static,
+    {
+        let aborted = self.aborted.clone();
+        let given_up = async move {
+            give_up.await;
+            aborted.abort();
+            tokio::time::sleep(ABORT_GRACE).await;
+        };
+        let outcome = tokio::select! {
+            out = self.run(requests) => Some(out),
+            () = given_up => None,
+        };
+        if outcome.is_none() {
+            tracing::warn!(
+                "abandoning append of {} in state {:?}",
+                self.req.journal,
+                self.state
+            );
+            self.abandon().await;
+            if !self.state.is_terminal() {
+                self.fail(super::cancelled());
+            }
+        }
+        outcome
     }
 }
 

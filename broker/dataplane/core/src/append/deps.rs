@@ -24,7 +24,7 @@ pub struct IndexSummary {
 }
 
 /// What an append needs of its broker that this crate does not own: etcd, the
-/// fragment index and stores, fences and head recovery (all Python's).
+/// fragment index and stores, and fences (all Python's).
 pub trait AppendDeps: Send + Sync + 'static {
     fn flow_limits(&self) -> FlowLimits;
     /// Ok while this broker's etcd lease is surely valid; else why appends are
@@ -52,14 +52,10 @@ pub trait AppendDeps: Send + Sync + 'static {
     fn index(&self, journal: &str) -> IndexSummary;
     /// Completes once the index loaded its first store listing.
     fn wait_first_refresh(&self, journal: &str) -> BoxFuture<()>;
-    /// Whether the primary may resume at `index_end` > `spool_end` (a head gap
-    /// seen long enough: Python's `Replica.head_recovery_ready`).
-    fn head_recovery_ready(&self, journal: &str, spool_end: i64, index_end: i64) -> bool;
-    /// Refuses the journal's head gap until it is reset (logged once).
-    fn refuse_head_gap(&self, journal: &str, spool_end: i64, index_end: i64, why: &str);
-    /// The primary found its spool at the index end: forget a pending head gap.
-    fn head_gap_closed(&self, journal: &str);
-    /// Where a journal whose spools trail its stored fragments goes on (None: refuse).
+    /// Where a journal whose spools trail its stored fragments goes on (None: refuse),
+    /// asked once its replica found the head gap ready to recover
+    /// ([`crate::replica::Replica::head_recovery_ready`]): the acknowledgement
+    /// fence may tell of appends acknowledged past the stored end.
     fn head_resumes_at(
         &self,
         journal: &str,

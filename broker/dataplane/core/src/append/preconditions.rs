@@ -64,8 +64,9 @@ impl AppendFsm {
             self.state = State::SendPipelineSync;
             return;
         }
+        let replica = self.the_replica().clone();
         if spool_end != max_offset && self.req.offset == 0 && journal_may_write(&spec) {
-            if deps.head_recovery_ready(&journal, spool_end, index.end) {
+            if replica.head_recovery_ready(spool_end, index.end) {
                 match deps.head_resumes_at(&journal, index.end).await {
                     Err(e) => return self.fail(RpcStatus::unknown(e)),
                     Ok(Some(resume)) => {
@@ -79,8 +80,7 @@ impl AppendFsm {
                         self.state = State::SendPipelineSync;
                         return;
                     }
-                    Ok(None) => deps.refuse_head_gap(
-                        &journal,
+                    Ok(None) => replica.refuse_head_gap(
                         spool_end,
                         index.end,
                         "its acknowledgement fence, which tells how far appends were \
@@ -93,7 +93,7 @@ impl AppendFsm {
             return;
         }
         if spool_end == max_offset {
-            deps.head_gap_closed(&journal);
+            replica.head_gap_closed();
         }
         if self.req.offset != 0 && self.req.offset != max_offset {
             self.set_status(Status::WrongAppendOffset);

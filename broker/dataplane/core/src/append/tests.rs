@@ -27,19 +27,20 @@ use crate::spool::SpoolConfig;
 
 const PROMPTLY: Duration = Duration::from_secs(10);
 
+/// Answers for the Python broker; shared with the pulse's tests.
 #[derive(Default)]
-struct FakeDeps {
-    index: Mutex<IndexSummary>,
+pub(crate) struct FakeDeps {
+    pub(crate) index: Mutex<IndexSummary>,
     health_err: Mutex<Option<String>>,
     /// Revisions update_assignments and update_journal_spec answer.
-    next_revision: Mutex<i64>,
-    assignment_updates: Mutex<usize>,
-    spec_updates: Mutex<Vec<JournalSpec>>,
+    pub(crate) next_revision: Mutex<i64>,
+    pub(crate) assignment_updates: Mutex<usize>,
+    pub(crate) spec_updates: Mutex<Vec<JournalSpec>>,
     fence_err: Mutex<Option<String>>,
     fenced: Mutex<Vec<i64>>,
-    recovery_ready: Mutex<bool>,
-    resumes_at: Mutex<Option<i64>>,
-    gap_closed: Mutex<usize>,
+    pub(crate) resumes_at: Mutex<Option<i64>>,
+    /// How often AwaitDesiredReplicas asked (once per append that got that far).
+    pub(crate) replication_asked: Mutex<usize>,
 }
 
 impl AppendDeps for FakeDeps {
@@ -56,6 +57,7 @@ impl AppendDeps for FakeDeps {
         MetadataMap::new()
     }
     fn desired_replication(&self, spec: &JournalSpec) -> usize {
+        *self.replication_asked.lock().unwrap() += 1;
         use journal_spec::suspend::Level;
         match spec.suspend.as_ref().map(|s| s.level) {
             Some(l) if l == Level::Partial as i32 => 1,
@@ -90,13 +92,6 @@ impl AppendDeps for FakeDeps {
     fn wait_first_refresh(&self, _: &str) -> BoxFuture<()> {
         Box::pin(async {})
     }
-    fn head_recovery_ready(&self, _: &str, _: i64, _: i64) -> bool {
-        *self.recovery_ready.lock().unwrap()
-    }
-    fn refuse_head_gap(&self, _: &str, _: i64, _: i64, _: &str) {}
-    fn head_gap_closed(&self, _: &str) {
-        *self.gap_closed.lock().unwrap() += 1;
-    }
     fn head_resumes_at(&self, _: &str, _: i64) -> BoxFuture<Result<Option<i64>, String>> {
         let at = *self.resumes_at.lock().unwrap();
         Box::pin(async move { Ok(at) })
@@ -119,7 +114,7 @@ struct Primary {
     _dir: tempfile::TempDir,
 }
 
-fn spec_of(members: usize) -> JournalSpec {
+pub(crate) fn spec_of(members: usize) -> JournalSpec {
     JournalSpec {
         name: JOURNAL.into(),
         replication: members as i32,
@@ -134,12 +129,18 @@ fn spec_of(members: usize) -> JournalSpec {
 
 impl Primary {
     async fn start() -> Primary {
+        Primary::start_with(crate::replica::DEFAULT_RECOVERY_DELAY).await
+    }
+
+    /// With head gaps recovered after `recovery_delay`.
+    async fn start_with(recovery_delay: Duration) -> Primary {
         let dir = tempfile::tempdir().unwrap();
         let config = ReplicaConfig {
             spool: Arc::new(SpoolConfig {
                 directory: Some(dir.path().to_owned()),
                 ..SpoolConfig::default()
             }),
+            recovery_delay,
             ..ReplicaConfig::default()
         };
         let p = Primary {
@@ -439,60 +440,6 @@ async fn too_few_members_are_insufficient_and_too_many_are_waited_out() {
 }
 
 #[tokio::test]
-async fn the_index_decides_offsets() {
-    let p = Primary::start().await;
-    p.stored_through(100);
-    // Spools behind the stored fragments, and no recovery yet: refused.
-    let mut fsm = p.fsm(append(JOURNAL));
-    run(&mut fsm, &[b"x", b""]).await;
-    assert_eq!(fsm.status(), Status::IndexHasGreaterOffset as i32);
-    // An explicit offset other than the journal's end is wrong.
-    let mut fsm = p.fsm(AppendRequest {
-        offset: 50,
-        ..append(JOURNAL)
-    });
-    run(&mut fsm, &[b"x", b""]).await;
-    assert_eq!(fsm.status(), Status::WrongAppendOffset as i32);
-    // The journal's end rolls every member there, then appends.
-    let mut fsm = p.fsm(AppendRequest {
-        offset: 100,
-        ..append(JOURNAL)
-    });
-    run(&mut fsm, &[b"x", b""]).await;
-    assert_eq!(fsm.state, State::Finished, "{:?}", fsm.err);
-    assert_eq!(p.spool_end(), 101);
-    assert!(*p.deps.gap_closed.lock().unwrap() >= 1);
-    p.stop().await;
-}
-
-#[tokio::test]
-async fn a_head_gap_ready_to_recover_resumes_where_the_fence_says() {
-    let p = Primary::start().await;
-    p.stored_through(100);
-    *p.deps.recovery_ready.lock().unwrap() = true;
-    *p.deps.resumes_at.lock().unwrap() = Some(120);
-    let mut fsm = p.fsm(append(JOURNAL));
-    run(&mut fsm, &[b"x", b""]).await;
-    assert_eq!(fsm.state, State::Finished, "{:?}", fsm.err);
-    assert_eq!(p.spool_end(), 121);
-    p.stop().await;
-}
-
-#[tokio::test]
-async fn an_unhealthy_store_fails_the_append() {
-    let p = Primary::start().await;
-    let mut spec = spec_of(2);
-    spec.fragment.as_mut().unwrap().stores = vec!["s3://bucket/".into()];
-    p.publish(11, vec![local_id(), peer_id()], 0, spec, true);
-    *p.deps.health_err.lock().unwrap() = Some("missing AWS region".into());
-    let mut fsm = p.fsm(append(JOURNAL));
-    run(&mut fsm, &[b"x", b""]).await;
-    assert_eq!(fsm.status(), Status::FragmentStoreUnhealthy as i32);
-    assert_eq!(fsm.err.as_ref().unwrap().message(), "missing AWS region");
-    p.stop().await;
-}
-
-#[tokio::test]
 async fn client_stream_errors_roll_back() {
     let p = Primary::start().await;
     for (parts, why) in [
@@ -524,55 +471,6 @@ async fn client_stream_errors_roll_back() {
         fsm.err.as_ref().unwrap().message(),
         "append stream: register modification requires non-empty Append"
     );
-    p.stop().await;
-}
-
-#[tokio::test]
-async fn a_read_only_journal_takes_no_content() {
-    let p = Primary::start().await;
-    let mut spec = spec_of(2);
-    spec.flags = journal_spec::Flag::ORdonly as u32;
-    p.publish(11, vec![local_id(), peer_id()], 0, spec, true);
-    let mut fsm = p.fsm(append(JOURNAL));
-    run(&mut fsm, &[b"x", b""]).await;
-    assert_eq!(fsm.status(), Status::NotAllowed as i32);
-    assert_eq!(p.spool_end(), 0);
-    p.stop().await;
-}
-
-#[tokio::test]
-async fn registers_are_updated_by_commits_and_checked_by_appends() {
-    let p = Primary::start().await;
-    let owner = |v: &str| LabelSet {
-        labels: vec![Label {
-            name: "owner".into(),
-            value: v.into(),
-            prefix: false,
-        }],
-    };
-    let mut fsm = p.fsm(AppendRequest {
-        union_registers: Some(owner("me")),
-        ..append(JOURNAL)
-    });
-    run(&mut fsm, &[b"x", b""]).await;
-    assert_eq!(fsm.state, State::Finished, "{:?}", fsm.err);
-    let check = |v: &str| LabelSelector {
-        include: Some(owner(v)),
-        exclude: None,
-    };
-    let mut fsm = p.fsm(AppendRequest {
-        check_registers: Some(check("you")),
-        ..append(JOURNAL)
-    });
-    run(&mut fsm, &[b"y", b""]).await;
-    assert_eq!(fsm.status(), Status::RegisterMismatch as i32);
-    let mut fsm = p.fsm(AppendRequest {
-        check_registers: Some(check("me")),
-        ..append(JOURNAL)
-    });
-    run(&mut fsm, &[b"y", b""]).await;
-    assert_eq!(fsm.state, State::Finished, "{:?}", fsm.err);
-    assert_eq!(p.spool_end(), 2);
     p.stop().await;
 }
 
@@ -610,108 +508,5 @@ async fn a_failed_peer_fails_the_append_before_its_commit_goes_out() {
     p.stop().await;
 }
 
-fn client_stream(
-    first: AppendRequest,
-    parts: &[&'static [u8]],
-) -> impl Stream<Item = AppendRequest> + Send + 'static {
-    let mut msgs = vec![first];
-    msgs.extend(parts.iter().map(|p| AppendRequest {
-        content: Bytes::from_static(p),
-        ..AppendRequest::default()
-    }));
-    stream::iter(msgs)
-}
-
-#[tokio::test]
-async fn the_append_rpc_answers_its_commit_or_its_status() {
-    let p = Primary::start().await;
-    let (mut client, _) = p.serve(p.ctx()).await;
-    let resp = tokio::time::timeout(
-        PROMPTLY,
-        client.append(client_stream(append(JOURNAL), &[b"hello", b""])),
-    )
-    .await
-    .unwrap()
-    .unwrap()
-    .into_inner();
-    assert_eq!(resp.status, Status::Ok as i32);
-    let commit = resp.commit.unwrap();
-    assert_eq!((commit.begin, commit.end), (0, 5));
-    assert_eq!(resp.header.unwrap().process_id, Some(local_id()));
-    assert_eq!((resp.total_chunks, resp.delayed_chunks), (2, 0));
-
-    let resp = client
-        .append(client_stream(append("other/journal"), &[b"x", b""]))
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(resp.status, Status::JournalNotFound as i32);
-
-    let err = client
-        .append(client_stream(append(JOURNAL), &[b"no commit"]))
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), tonic::Code::Unknown);
-    assert_eq!(err.message(), "append stream: unexpected EOF");
-    let err = client
-        .append(client_stream(append(""), &[b"x", b""]))
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), tonic::Code::Unknown);
-    p.stop().await;
-}
-
-#[tokio::test]
-async fn a_broker_that_is_not_the_primary_proxies_the_append_to_it() {
-    let p = Primary::start().await;
-    // The primary serves, and publishes where (the proxy dials it there).
-    let (_, primary_endpoint) = p.serve(p.ctx()).await;
-    // A third broker, member of nothing: its registry knows the route.
-    let other = Arc::new(Registry::new());
-    let other_ctx = AppendContext {
-        registry: other.clone(),
-        replicas: Arc::new(ReplicaSet::new(
-            Arc::new(Host::default()),
-            ReplicaConfig::default(),
-        )),
-        deps: p.deps.clone(),
-        flow_clock: FlowClock::new(),
-    };
-    let p_client_endpoint = primary_endpoint;
-    *p.endpoint.lock().unwrap() = p_client_endpoint.clone();
-    p.publish(11, vec![local_id(), peer_id()], 0, spec_of(2), true);
-    other.publish(Update {
-        etcd: etcd(11),
-        local_id: Some(id("c", "other")),
-        members: Some(vec![
-            (local_id(), p_client_endpoint),
-            (peer_id(), p.peer.endpoint.clone()),
-        ]),
-        journals: vec![(
-            JOURNAL.into(),
-            Journal {
-                spec: Arc::new(spec_of(2)),
-                route: crate::protocol::Route {
-                    members: vec![local_id(), peer_id()],
-                    primary: 0,
-                    endpoints: vec![],
-                },
-                consistent: true,
-            },
-        )],
-        removed: vec![],
-    });
-    let (mut client, _) = p.serve(other_ctx).await;
-    let resp = tokio::time::timeout(
-        PROMPTLY,
-        client.append(client_stream(append(JOURNAL), &[b"via a proxy", b""])),
-    )
-    .await
-    .unwrap()
-    .unwrap()
-    .into_inner();
-    assert_eq!(resp.status, Status::Ok as i32);
-    assert_eq!(resp.header.unwrap().process_id, Some(local_id())); // The primary's answer.
-    assert_eq!(resp.commit.unwrap().end, 11);
-    p.stop().await;
-}
+mod preconditions;
+mod rpc;

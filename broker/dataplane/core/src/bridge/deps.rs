@@ -1,7 +1,6 @@
 //! [`AppendDeps`] of a running broker: what appends read of the bridge.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use tokio::sync::watch;
 use tonic::metadata::{MetadataMap, MetadataValue};
@@ -25,12 +24,6 @@ pub(super) struct Fence {
     pub(super) covered: i64,
     // A raise under way: what it will cover, and its outcome for whoever waits.
     pub(super) raising: Option<(i64, Raised)>,
-}
-
-/// A head gap as its primary sees it (Python's `Replica.head_recovery_ready`).
-pub(super) struct HeadGap {
-    pub(super) key: (i64, i64),
-    pub(super) since: Instant,
 }
 
 impl AppendDeps for Bridge {
@@ -131,48 +124,6 @@ impl AppendDeps for Bridge {
         Box::pin(async move {
             let _ = rx.wait_for(|s| s.first_refresh_done).await;
         })
-    }
-
-    fn head_recovery_ready(&self, journal: &str, spool_end: i64, index_end: i64) -> bool {
-        if !self.config.resume_head_gaps {
-            self.refuse_head_gap(
-                journal,
-                spool_end,
-                index_end,
-                "--broker.resume-head-gaps is off",
-            );
-            return false;
-        }
-        let key = (spool_end, index_end);
-        let now = Instant::now();
-        let mut gaps = lock(&self.head_gaps);
-        let gap = gaps
-            .entry(journal.to_owned())
-            .or_insert(HeadGap { key, since: now });
-        if gap.key != key {
-            *gap = HeadGap { key, since: now };
-        }
-        if now < gap.since + self.config.recovery_delay {
-            return false;
-        }
-        gaps.remove(journal);
-        true
-    }
-
-    fn refuse_head_gap(&self, journal: &str, spool_end: i64, index_end: i64, why: &str) {
-        let key = (spool_end, index_end);
-        let mut refused = lock(&self.refused_gaps);
-        if refused.get(journal) != Some(&key) {
-            refused.insert(journal.to_owned(), key);
-            tracing::error!(
-                "journal {journal}: spools end at {spool_end} but stored fragments reach \
-                 {index_end}; appends are refused until `gazctl journals reset-head` ({why})"
-            );
-        }
-    }
-
-    fn head_gap_closed(&self, journal: &str) {
-        lock(&self.head_gaps).remove(journal);
     }
 
     fn head_resumes_at(

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use super::{lock, Replica, ReplicaConfig, ReplicaHost};
+use super::{lock, BoxFuture, Replica, ReplicaConfig, ReplicaHost};
 use crate::protocol::process_spec;
 
 /// One journal assigned to this broker, as the allocator's state says.
@@ -21,6 +21,12 @@ pub struct LocalAssignment {
     pub members: Vec<process_spec::Id>,
 }
 
+/// What runs beside each replica from its start, given the replica: the pulse
+/// daemon (see `crate::pulse::install`). Its future must end once the replica
+/// stops, in its own time (it may have a pipeline to give back first): the set
+/// waits for it as for the replica's shutdown.
+pub type ReplicaDaemon = Arc<dyn Fn(Arc<Replica>) -> BoxFuture<()> + Send + Sync>;
+
 /// Keeps one [`Replica`] per locally assigned journal.
 pub struct ReplicaSet {
     host: Arc<dyn ReplicaHost>,
@@ -31,8 +37,9 @@ pub struct ReplicaSet {
 struct SetState {
     replicas: HashMap<String, (Arc<Replica>, Vec<process_spec::Id>)>,
     stopped: bool,
-    // Serving replicas, old ones included until they shut down.
+    // Serving replicas (and their daemons), old ones included until they shut down.
     tasks: tokio::task::JoinSet<()>,
+    daemon: Option<ReplicaDaemon>,
 }
 
 impl ReplicaSet {
@@ -44,8 +51,24 @@ impl ReplicaSet {
                 replicas: HashMap::new(),
                 stopped: false,
                 tasks: tokio::task::JoinSet::new(),
+                daemon: None,
             }),
         }
+    }
+
+    /// Runs `daemon` beside every replica from now on, those serving already
+    /// included. A hook rather than an argument of [`new`](Self::new): the pulse
+    /// needs the broker's `AppendContext`, which holds this set.
+    pub fn set_daemon(&self, daemon: ReplicaDaemon) {
+        let mut state = lock(&self.state);
+        if state.stopped {
+            return;
+        }
+        let serving: Vec<_> = state.replicas.values().map(|(r, _)| r.clone()).collect();
+        for rep in serving {
+            state.tasks.spawn(daemon(rep));
+        }
+        state.daemon = Some(daemon);
     }
 
     /// The replica of `journal`, if this broker serves one.
@@ -110,7 +133,13 @@ impl ReplicaSet {
                         self.host.clone(),
                         &self.config,
                     );
-                    state.tasks.spawn(rep.clone().serve());
+                    let serving = rep.clone().serve();
+                    match state.daemon.as_ref().map(|d| d(rep.clone())) {
+                        Some(daemon) => state.tasks.spawn(async move {
+                            tokio::join!(serving, daemon);
+                        }),
+                        None => state.tasks.spawn(serving),
+                    };
                     rep
                 }
             };

@@ -26,6 +26,11 @@ struct FakeHost {
     /// Whether a listing finds the asked range stored.
     stored_elsewhere: Mutex<bool>,
     completion: Notify,
+    /// Listings asked for by head recoveries; while `hold_listings`, each waits
+    /// for `listings_done` to turn true.
+    refreshes: Mutex<usize>,
+    hold_listings: Mutex<bool>,
+    listings_done: tokio::sync::watch::Sender<bool>,
 }
 
 impl ReplicaHost for FakeHost {
@@ -64,6 +69,17 @@ impl ReplicaHost for FakeHost {
         self.checkpoints.lock().unwrap().push(offset);
         Box::pin(async { Ok(()) })
     }
+
+    fn refresh_listing(&self, _: &str) -> BoxFuture<()> {
+        *self.refreshes.lock().unwrap() += 1;
+        let mut done = self.listings_done.subscribe();
+        let held = *self.hold_listings.lock().unwrap();
+        Box::pin(async move {
+            if held {
+                let _ = done.wait_for(|d| *d).await;
+            }
+        })
+    }
 }
 
 impl FakeHost {
@@ -87,6 +103,7 @@ fn replica(host: &Arc<FakeHost>, primary: bool, dir: &std::path::Path) -> Arc<Re
             ..SpoolConfig::default()
         }),
         doubt_delay: Duration::from_millis(50),
+        ..ReplicaConfig::default()
     };
     Replica::new(JOURNAL, primary, 1, 7, host.clone(), &config)
 }
@@ -193,6 +210,7 @@ async fn an_adopted_tail_is_recorded_as_confirmed_in_its_spool_file() {
             ..SpoolConfig::default()
         }),
         doubt_delay: Duration::from_millis(50),
+        ..ReplicaConfig::default()
     };
     let rep = Replica::new(JOURNAL, false, 1, 7, host.clone(), &config);
     let served = tokio::spawn(rep.clone().serve());
@@ -278,6 +296,7 @@ async fn a_stopping_replica_releases_a_held_tail_still_in_doubt() {
             ..SpoolConfig::default()
         }),
         doubt_delay: Duration::from_secs(3600),
+        ..ReplicaConfig::default()
     };
     let rep = Replica::new(JOURNAL, false, 1, 7, host.clone(), &config);
     let served = tokio::spawn(rep.clone().serve());
@@ -412,4 +431,154 @@ async fn the_set_keeps_a_replica_until_its_assignment_changes_in_kind() {
     assert!(set.get("a/j").is_none());
     set.update(vec![assignment("c/j", false, 1, 7)]);
     assert!(set.is_empty()); // None made once stopped.
+}
+
+#[tokio::test]
+async fn the_set_runs_its_daemon_beside_each_replica_until_it_stops() {
+    let host = Arc::new(FakeHost::default());
+    let set = ReplicaSet::new(host.clone(), ReplicaConfig::default());
+    set.update(vec![assignment("a/j", true, 1, 7)]);
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let seen = ran.clone();
+    set.set_daemon(Arc::new(move |rep: Arc<Replica>| {
+        let seen = seen.clone();
+        Box::pin(async move {
+            seen.lock().unwrap().push(rep.journal().to_owned());
+            rep.stopped().await;
+            seen.lock().unwrap().push(format!("{} done", rep.journal()));
+        })
+    }));
+    // Replicas serving already get one, and so does each new replica.
+    set.update(vec![
+        assignment("a/j", true, 1, 7),
+        assignment("b/j", false, 1, 7),
+    ]);
+    let started = async {
+        while ran.lock().unwrap().len() < 2 {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), started)
+        .await
+        .expect("both daemons start");
+    tokio::time::timeout(Duration::from_secs(5), set.stop_all())
+        .await
+        .expect("the set stops");
+    let mut ran = ran.lock().unwrap().clone();
+    ran.sort();
+    assert_eq!(ran, ["a/j", "a/j done", "b/j", "b/j done"]);
+}
+
+/// A replica whose head gaps recover after `delay` (never, without `resume`).
+fn gapped(host: &Arc<FakeHost>, delay: Duration, resume: bool) -> Arc<Replica> {
+    let config = ReplicaConfig {
+        recovery_delay: delay,
+        resume_head_gaps: resume,
+        ..ReplicaConfig::default()
+    };
+    Replica::new(JOURNAL, true, 1, 7, host.clone(), &config)
+}
+
+const DELAY: Duration = Duration::from_secs(20);
+
+#[tokio::test(start_paused = true)]
+async fn a_head_gap_recovers_after_its_delay_and_a_listing_that_still_shows_it() {
+    let host = Arc::new(FakeHost::default());
+    *host.hold_listings.lock().unwrap() = true;
+    let rep = gapped(&host, DELAY, true);
+    assert_eq!(rep.head_recovery_due(), None);
+    let seen = tokio::time::Instant::now();
+    assert!(!rep.head_recovery_ready(0, 100)); // Seen: the delay starts.
+    assert_eq!(rep.head_recovery_due(), Some(seen + DELAY));
+    tokio::time::advance(DELAY - Duration::from_secs(1)).await;
+    assert!(!rep.head_recovery_ready(0, 100)); // Not yet.
+    assert_eq!(*host.refreshes.lock().unwrap(), 0);
+
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert!(!rep.head_recovery_ready(0, 100)); // Due: a fresh listing first.
+    assert_eq!(*host.refreshes.lock().unwrap(), 1);
+    assert_eq!(rep.head_recovery_due(), None); // Its end wakes the pulse instead.
+    assert!(!rep.head_recovery_ready(0, 100)); // One listing at a time.
+    assert_eq!(*host.refreshes.lock().unwrap(), 1);
+
+    host.listings_done.send_replace(true);
+    tokio::time::timeout(Duration::from_secs(1), rep.head_gap_listed())
+        .await
+        .expect("the applied listing wakes the pulse");
+    assert_eq!(rep.head_recovery_due(), Some(seen + DELAY)); // Past: pulse now.
+    assert!(rep.head_recovery_ready(0, 100));
+    // Taken: the next gap starts over.
+    assert_eq!(rep.head_recovery_due(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_head_gap_that_moves_starts_its_delay_over() {
+    let host = Arc::new(FakeHost::default());
+    let rep = gapped(&host, DELAY, true);
+    assert!(!rep.head_recovery_ready(0, 100));
+    tokio::time::advance(DELAY).await;
+    // The stores grew meanwhile: another gap, timed afresh.
+    assert!(!rep.head_recovery_ready(0, 150));
+    let now = tokio::time::Instant::now();
+    assert_eq!(rep.head_recovery_due(), Some(now + DELAY));
+    assert!(!rep.head_recovery_ready(0, 150));
+    assert_eq!(*host.refreshes.lock().unwrap(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_listing_for_a_gap_since_closed_does_not_vouch_for_the_next() {
+    let host = Arc::new(FakeHost::default());
+    *host.hold_listings.lock().unwrap() = true;
+    let rep = gapped(&host, DELAY, true);
+    assert!(!rep.head_recovery_ready(0, 100));
+    tokio::time::advance(DELAY).await;
+    assert!(!rep.head_recovery_ready(0, 100)); // Its listing starts.
+    rep.head_gap_closed(); // The spools reached the journal's end meanwhile.
+    assert_eq!(rep.head_recovery_due(), None);
+    assert!(!rep.head_recovery_ready(0, 100)); // The same gap again, seen anew.
+    host.listings_done.send_replace(true); // The first listing ends now.
+    for _ in 0..3 {
+        tokio::task::yield_now().await;
+    }
+    tokio::time::advance(DELAY).await;
+    // Its delay is over, but a listing of its own must still show it.
+    assert!(!rep.head_recovery_ready(0, 100));
+    assert_eq!(*host.refreshes.lock().unwrap(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_closed_head_gap_is_forgotten() {
+    let host = Arc::new(FakeHost::default());
+    let rep = gapped(&host, DELAY, true);
+    assert!(!rep.head_recovery_ready(0, 100));
+    rep.head_gap_closed();
+    assert_eq!(rep.head_recovery_due(), None);
+    tokio::time::advance(DELAY).await;
+    assert!(!rep.head_recovery_ready(0, 100)); // Seen anew, so timed anew.
+    assert_eq!(*host.refreshes.lock().unwrap(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_head_gap_stays_refused_and_another_gap_is_not() {
+    let host = Arc::new(FakeHost::default());
+    let rep = gapped(&host, Duration::ZERO, true);
+    rep.refuse_head_gap(0, 100, "its fence can't be read");
+    for _ in 0..3 {
+        assert!(!rep.head_recovery_ready(0, 100));
+        assert_eq!(rep.head_recovery_due(), None);
+    }
+    assert!(!rep.head_recovery_ready(0, 150)); // Another gap is timed.
+    assert!(rep.head_recovery_due().is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_resume_head_gaps_every_gap_is_refused() {
+    let host = Arc::new(FakeHost::default());
+    let rep = gapped(&host, DELAY, false);
+    for _ in 0..3 {
+        assert!(!rep.head_recovery_ready(0, 100));
+        assert_eq!(rep.head_recovery_due(), None);
+        tokio::time::advance(DELAY).await;
+    }
+    assert_eq!(*host.refreshes.lock().unwrap(), 0);
 }

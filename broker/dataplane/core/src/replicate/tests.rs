@@ -80,6 +80,9 @@ impl ReplicaHost for Host {
     fn checkpoint_head(&self, _: &str, _: i64) -> BoxFuture<Result<(), String>> {
         Box::pin(async { Ok(()) })
     }
+    fn refresh_listing(&self, _: &str) -> BoxFuture<()> {
+        Box::pin(async {})
+    }
 }
 
 impl Host {

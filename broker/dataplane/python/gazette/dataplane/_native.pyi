@@ -93,6 +93,8 @@ class Plane:
         max_message_size: int = 4 << 20,
         recovery_delay: float = 20.0,
         resume_head_gaps: bool = True,
+        pulse_interval: float = 60.0,
+        auto_suspend: bool = False,
         peer_ca_file: str | None = None,
         peer_cert_file: str | None = None,
         peer_key_file: str | None = None,

@@ -456,6 +456,7 @@ def _native_host(
             max_message_size=bcfg.max_grpc_recv_size,
             recovery_delay=lease_ttl + 2.0,
             resume_head_gaps=bcfg.resume_head_gaps,
+            auto_suspend=bcfg.auto_suspend,
             peer_ca_file=peer_tls.ca_file or None,
             peer_cert_file=peer_tls.cert_file or None,
             peer_key_file=peer_tls.key_file or None,

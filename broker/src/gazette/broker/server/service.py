@@ -123,6 +123,16 @@ class Peers:
             task.cancel()
 
 
+async def _fresh_listing(rep: replica.Replica) -> None:
+    """Return once a store listing started now was applied to ``rep``'s index."""
+    asked = rep.clock()
+    rep.refresh_now()
+    while rep.listed_at < asked:  # A store outage keeps the answer back.
+        await rep.index.next_listing()
+        if rep.stopping:
+            raise errors.BrokerServerError(f"replica of {rep.journal} stopped")
+
+
 def pick_member(
     res: resolver.Resolution, *, require_primary: bool
 ) -> tuple[pb.ProcessSpec.ID, str]:
@@ -572,13 +582,11 @@ class Service:
         rep = self.replicas.get(journal)
         if rep is None:
             raise errors.BrokerServerError(f"{journal} is not served here")
+        if kind == "refresh_listing":
+            await _fresh_listing(rep)
+            return None
         if kind == "listing_covers":
-            asked = rep.clock()
-            rep.refresh_now()
-            while rep.listed_at < asked:  # A store outage keeps the answer back.
-                await rep.index.next_listing()
-                if rep.stopping:
-                    raise errors.BrokerServerError(f"replica of {journal} stopped")
+            await _fresh_listing(rep)
             return int(rep.index.stored_covers(a, b))
         if kind == "cover_fence":
             fence = rep.fence
