@@ -12,6 +12,7 @@ pub mod claims;
 pub mod disk;
 pub mod flow;
 pub mod frontdoor;
+pub mod index;
 pub mod labels;
 pub mod pipeline;
 pub mod registry;
