@@ -15,6 +15,7 @@ pub mod frontdoor;
 pub mod index;
 pub mod labels;
 pub mod pipeline;
+pub mod read;
 pub mod registry;
 pub mod replica;
 pub mod replicate;

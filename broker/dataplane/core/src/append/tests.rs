@@ -227,6 +227,7 @@ impl Primary {
         let service = crate::service::NativeJournal {
             replicator,
             appends: Some(ctx),
+            reads: None,
             gate: None,
         };
         tokio::spawn(

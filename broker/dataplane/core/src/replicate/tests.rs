@@ -124,6 +124,7 @@ impl Broker {
         let service = NativeJournal {
             replicator,
             appends: None,
+            reads: None,
             gate: None,
         };
         let served = tokio::spawn(async move {
