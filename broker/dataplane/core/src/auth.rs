@@ -174,10 +174,10 @@ fn header_len(token: &str, payload: &str) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn sign(alg: &str, key: &[u8], claims: &str) -> String {
+    pub(crate) fn sign(alg: &str, key: &[u8], claims: &str) -> String {
         let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
         let header = b64.encode(format!(r#"{{"alg":"{alg}","typ":"JWT"}}"#));
         let payload = b64.encode(claims);

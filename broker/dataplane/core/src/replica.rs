@@ -45,6 +45,7 @@ pub use set::{LocalAssignment, ReplicaDaemon, ReplicaSet};
 
 use crate::disk::AsyncSpool;
 use crate::flow::FlowState;
+use crate::index::{FragmentIndex, Indexing};
 use crate::pipeline::{id_str, Pipeline};
 use crate::protocol::{process_spec, Fragment, LabelSet, ReplicateRequest};
 use crate::spool::files::SpoolFile;
@@ -180,6 +181,7 @@ pub struct Replica {
     lease: i64,
     host: Arc<dyn ReplicaHost>,
     keeper: Arc<Keeper>,
+    index: Arc<FragmentIndex>,
     slot: Arc<tokio::sync::Mutex<Arc<AsyncSpool>>>,
     pipeline: Arc<tokio::sync::Mutex<Option<Arc<Pipeline>>>>,
     /// The journal's append flow control: balance and clock carry over between
@@ -224,7 +226,13 @@ impl Replica {
             config.spool.clone(),
             config.doubt_delay,
         ));
-        let spool = Spool::new(journal, keeper.clone(), config.spool.clone());
+        // Each commit reaches the index (reads) before the host hears of it.
+        let index = Arc::new(FragmentIndex::new(journal));
+        let observer = Arc::new(Indexing {
+            index: index.clone(),
+            inner: keeper.clone(),
+        });
+        let spool = Spool::new(journal, observer, config.spool.clone());
         Arc::new(Replica {
             journal: journal.to_owned(),
             primary: AtomicBool::new(primary),
@@ -232,6 +240,7 @@ impl Replica {
             lease,
             host,
             keeper,
+            index,
             slot: Arc::new(tokio::sync::Mutex::new(Arc::new(AsyncSpool::new(spool)))),
             pipeline: Arc::new(tokio::sync::Mutex::new(None)),
             flow: tokio::sync::Mutex::new(FlowState::default()),
@@ -258,6 +267,10 @@ impl Replica {
     /// The etcd lease of this broker's assignment when the replica was made.
     pub fn lease(&self) -> i64 {
         self.lease
+    }
+    /// The journal's fragments, local and stored, which reads are served from.
+    pub fn index(&self) -> &Arc<FragmentIndex> {
+        &self.index
     }
 
     /// Takes the spool's slot, waiting while another stream or pipeline holds it.
@@ -488,6 +501,8 @@ impl Replica {
                 tracing::warn!("journal {}: head at {head} not recorded: {e}", self.journal);
             }
         }
+        // Blocked reads end; their clients retry, at the journal's next replica.
+        self.index.close();
         // Kept, not given back: nothing may use this replica's spool again.
         *lock(&self.retired) = Some((held, pipeline));
     }

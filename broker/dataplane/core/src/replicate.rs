@@ -75,7 +75,7 @@ fn spool_error(e: SpoolError) -> RpcStatus {
 }
 
 /// The tokio instant of a token's expiry (seconds since the epoch).
-fn instant_of(expires_at: f64) -> tokio::time::Instant {
+pub(crate) fn instant_of(expires_at: f64) -> tokio::time::Instant {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()

@@ -20,7 +20,8 @@ use crate::auth::SharedGate;
 use crate::claims::{capability, Claims};
 use crate::protocol::journal_server::Journal;
 use crate::protocol::*;
-use crate::replicate::Replicator;
+use crate::read::ReadContext;
+use crate::replicate::{instant_of, Replicator};
 
 type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
@@ -29,11 +30,17 @@ const ANSWERS_BUFFERED: usize = 32;
 
 pub use crate::append::ABORT_GRACE;
 
+/// How many responses of a read may wait for the client: its next chunk is read
+/// while the one before goes out, and a slow client holds little memory.
+const READ_AHEAD: usize = 2;
+
 /// The natively served part of a broker's `protocol.Journal` service.
 pub struct NativeJournal {
     pub replicator: Arc<Replicator>,
     /// Where appends run (None: Append is not served here).
     pub appends: Option<AppendContext>,
+    /// Where reads run (None: Read is not served here).
+    pub reads: Option<ReadContext>,
     /// The broker's keys as they are now (None inside: auth is off, every request
     /// goes through).
     pub gate: SharedGate,
@@ -110,8 +117,41 @@ impl Journal for NativeJournal {
         Err(not_here("Apply"))
     }
 
-    async fn read(&self, _: Request<ReadRequest>) -> Result<Response<Self::ReadStream>, Status> {
-        Err(not_here("Read"))
+    async fn read(&self, req: Request<ReadRequest>) -> Result<Response<Self::ReadStream>, Status> {
+        let Some(ctx) = self.reads.clone() else {
+            return Err(not_here("Read"));
+        };
+        let claims = self.claims(&req, capability::READ)?;
+        let req = req.into_inner();
+        crate::validation::validate_read_request(&req).map_err(crate::replicate::invalid)?;
+        let (tx, rx) = mpsc::channel(READ_AHEAD);
+        tokio::spawn(async move {
+            // As Gazette, a read lasts no longer than its token.
+            let deadline = claims.as_ref().map(|c| instant_of(c.expires_at));
+            let served = crate::read::serve(&ctx, claims.as_ref(), req, &tx);
+            let bounded = async {
+                match deadline {
+                    None => served.await,
+                    Some(at) => tokio::time::timeout_at(at, served)
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(Status::deadline_exceeded("context deadline exceeded"))
+                        }),
+                }
+            };
+            // A client that went away ends the read, blocked or not.
+            let outcome = tokio::select! {
+                outcome = bounded => outcome,
+                () = tx.closed() => return,
+            };
+            if let Err(status) = outcome {
+                if status.code() != tonic::Code::Cancelled {
+                    tracing::warn!("served Read RPC failed: {}", status.message());
+                }
+                let _ = tx.send(Err(status)).await;
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
     async fn append(

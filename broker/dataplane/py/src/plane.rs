@@ -209,6 +209,7 @@ impl Plane {
             }),
             appends: Some(appends),
             gate: backends.gate(),
+            reads: None,
         };
         // The door refuses larger messages itself (with Python's status and text);
         // tonic's own limit only backs it.

@@ -231,6 +231,7 @@ impl Primary {
         let service = crate::service::NativeJournal {
             replicator,
             appends: Some(ctx),
+            reads: None,
             gate: Default::default(),
         };
         tokio::spawn(

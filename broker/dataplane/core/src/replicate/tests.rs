@@ -127,6 +127,7 @@ impl Broker {
         let service = NativeJournal {
             replicator,
             appends: None,
+            reads: None,
             gate: Default::default(),
         };
         let served = tokio::spawn(async move {
