@@ -13,9 +13,11 @@ One module-scoped node with the release installed, then, in order:
 2. the example journals of ``examples/k8s/chart`` applied with kubectl, Ready through
    the operator and listed by the brokers;
 3. an append and a read through the brokers' Service, from a gazctl pod;
-4. ``helm test``: gazctl's round trip;
+4. ``helm test --logs``: gazctl's round trip, and its log;
 5. the primary broker pod of a journal deleted under a steady append load: every
-   acknowledged byte is read back (0 lost), and the brokers are 3 Ready again.
+   acknowledged byte is read back (0 lost), and the brokers are 3 Ready again;
+6. the brokers rolled by ``helm upgrade`` under the same load: 0 lost;
+7. the release's namespace deleted: it goes away whole (Journals' finalizers released).
 """
 
 from __future__ import annotations
@@ -234,8 +236,11 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
         )
         yield rel
         # Uninstall while the node runs, so its pods stop as they would on any node.
-        with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
-            rel.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "3m")
+        if not getattr(rel, "deleted", False):
+            with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+                rel.helm(
+                    "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "3m"
+                )
         print(f"\nnode down: {node.dns.queries} DNS queries answered")
 
 
@@ -290,8 +295,11 @@ def test_append_and_read_through_the_brokers(release: Release) -> None:
 
 
 def test_helm_test_round_trip(release: Release) -> None:
-    out = release.helm("test", RELEASE, "--namespace", NAMESPACE, timeout=300).stdout
+    # --logs: the test pod is kept after it succeeds, so its log can be shown (it was
+    # deleted on success, and `helm test --logs` failed to find it).
+    out = release.helm("test", RELEASE, "--namespace", NAMESPACE, "--logs", timeout=300).stdout
     assert "Succeeded" in out, out
+    assert "round trip ok" in out, out
 
 
 def test_broker_pod_deletion_under_load_loses_nothing_acknowledged(release: Release) -> None:
@@ -333,3 +341,58 @@ def test_broker_pod_deletion_under_load_loses_nothing_acknowledged(release: Rele
     t0 = time.monotonic()
     release.until("3 ready broker pods again", brokers_ready)
     print(f"brokers 3/3 Ready again {time.monotonic() - t0:.1f}s after the load ended")
+
+
+def test_rolling_the_brokers_under_load_loses_nothing_acknowledged(release: Release) -> None:
+    """``helm upgrade`` that changes the brokers' pod template: the StatefulSet replaces
+    each broker pod in turn (drain, persist, exit, start again) under a steady load."""
+    name = "gazette-e2e-roll"
+    release.kubectl(
+        "apply", "-n", NAMESPACE, "-f", "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List",
+                          "items": [kind.load_config_map(name), _client_of(release, _local(kind.load_pod(name, LOAD_JOURNAL, 150)))]}),
+    )  # fmt: skip
+    release.kubectl(
+        "wait", "-n", NAMESPACE, "--for=condition=Ready", f"pod/{name}", "--timeout=120s"
+    )
+    time.sleep(10)
+    t0 = time.monotonic()
+    release.helm(
+        "upgrade", RELEASE, str(helm.CHART), "--namespace", NAMESPACE, "--reuse-values",
+        "--set-string", f"broker.podAnnotations.gazette\\.dev/e2e-roll={int(time.time())}",
+        "--timeout", "10m",
+    )  # fmt: skip
+    release.kubectl(
+        "rollout", "status", "-n", NAMESPACE, f"statefulset/{RELEASE}-broker", "--timeout=600s",
+        timeout=660,
+    )  # fmt: skip
+    print(f"\nbrokers rolled by helm upgrade in {time.monotonic() - t0:.1f}s, under load")
+
+    def done() -> bool:
+        phase = release.get_json("pod", name, "-n", NAMESPACE)["status"].get("phase")
+        return phase in ("Succeeded", "Failed")
+
+    release.until("the load pod to finish", done, within=600)
+    logs = release.kubectl("logs", "-n", NAMESPACE, name).stdout
+    summary = json.loads(logs.strip().splitlines()[-1])
+    print(f"load summary (roll): {summary}")
+    assert summary["read_ok"], logs[-3000:]
+    assert summary["acked"] > 0
+    assert summary["missing"] == 0, summary
+    assert summary["read_bytes"] >= summary["acked_bytes"]
+
+
+def test_deleting_the_namespace_completes(release: Release) -> None:
+    """Last: the release's namespace goes away whole, Journals with their finalizer
+    included (they outlived the operator deleted with them, and the namespace hung)."""
+    release.kubectl("delete", "pod", "-n", NAMESPACE, TOOLBOX, "--wait=false")
+    t0 = time.monotonic()
+    release.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+
+    def gone() -> bool:
+        out = release.kubectl("get", "namespace", NAMESPACE, check=False)
+        return out.returncode != 0 and "NotFound" in out.stderr
+
+    release.until(f"namespace {NAMESPACE} deleted", gone, within=240)
+    print(f"\nnamespace {NAMESPACE} deleted in {time.monotonic() - t0:.1f}s")
+    release.deleted = True  # type: ignore[attr-defined]
