@@ -198,6 +198,11 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
     except FileNotFoundError as e:
         pytest.fail(str(e))
     refs = {name: m["ref"] for name, m in made.items() if name in ("broker", "operator", "gazctl")}
+    stale = node_images.stale_images(sorted(refs))
+    if stale:
+        print(
+            f"\nnote: {', '.join(stale)} built from other inputs than this checkout (make images)"
+        )
     work = tmp_path_factory.mktemp("node")
     t0 = time.monotonic()
     with contextlib.ExitStack() as stack:

@@ -31,7 +31,14 @@ from types import ModuleType
 
 from apiserver import kubeapi
 
-__all__ = ["build_module", "containerd_root", "import_into_containerd", "made_images", "standins"]
+__all__ = [
+    "build_module",
+    "containerd_root",
+    "import_into_containerd",
+    "made_images",
+    "stale_images",
+    "standins",
+]
 
 HERE = pathlib.Path(__file__).resolve().parent
 STANDINS = HERE / "standins"
@@ -65,6 +72,24 @@ def made_images() -> dict[str, dict[str, str]]:
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run `make images` first")
     return dict(json.loads(path.read_text())["images"])
+
+
+def stale_images(names: list[str]) -> list[str]:
+    """Those of ``names`` whose image in built.json was built from other inputs than this
+    checkout's (``make images`` would rebuild them): the tier runs them all the same."""
+    manifest = json.loads((pathlib.Path(build.cache_dir()) / "built.json").read_text())
+    engine = _engine()
+    stale = []
+    for name in names:
+        declared = build.declared_args((build.IMAGES / name / "Dockerfile").read_text())
+        args = {k: v for k, v in manifest["bases"].items() if k in declared}
+        ids = {k: engine.image_id(v) or "" for k, v in args.items()}  # type: ignore[attr-defined]
+        if (
+            build.inputs_hash(name, args, ids, manifest["engine"])
+            != manifest["images"][name]["inputs"]
+        ):
+            stale.append(name)
+    return stale
 
 
 def _engine() -> object:
