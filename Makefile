@@ -178,6 +178,19 @@ e2e: $(VENV)/.installed ## End-to-end suites (kube-apiserver + kwok; kind where 
 e2e-images: $(VENV)/.installed ## The image tier: make images (cold ~45 min on 2 shared cores; again for broker/consumer after any data-plane change), then e2e/test_images.py.
 	$(PY) -m pytest -q -s e2e/test_images.py
 
+.PHONY: e2e-node
+e2e-node: $(VENV)/.installed ## Tier 3 on a real node of this machine (root; after make images): containerd, kubelet and kube-proxy beside the e2e apiserver, helm install, faults (e2e/test_node.py). Puts back what it changes; make e2e-node-cleanup after a killed run.
+	@[ "$$(id -u)" = 0 ] || { echo "make e2e-node: needs root (containerd, kubelet, a bridge)"; exit 1; }
+	@missing=$$(for p in containerd containernetworking-plugins conntrack podman; do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	  if [ -n "$$missing" ]; then echo "installing $$missing (apt-get)"; \
+	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
+	@e2e/apiserver/build.sh "" kube-apiserver kubectl kube-controller-manager kube-scheduler etcd kubelet kube-proxy >/dev/null
+	GAZETTE_NODE=1 $(PY) -m pytest -q -s -m e2e e2e/test_node.py
+
+.PHONY: e2e-node-cleanup
+e2e-node-cleanup: $(VENV)/.installed ## Undo what a killed make e2e-node left (processes, mounts, netns, bridge, iptables chains, kernel settings).
+	cd e2e && ../$(PY) -m node.cleanup
+
 .PHONY: e2e-kind
 e2e-kind: $(VENV)/.installed ## Tier 2 on kind (needs Docker): make images, a 3-zone kind cluster, helm install, e2e/kind (slow).
 	@command -v docker >/dev/null && docker info >/dev/null 2>&1 || { echo "make e2e-kind: needs a running Docker (kind runs the Kubernetes nodes as containers)"; exit 1; }

@@ -71,6 +71,8 @@ REPO = HERE.parent.parent
 #: Overrides where the binaries are cached (default: <cache_root()>/k8s).
 CACHE_ENV = "GAZETTE_K8S_CACHE"
 BINARIES = ("kube-apiserver", "kubectl", "etcd")
+#: The user kube-apiserver is to kubelets (logs, exec) when ``nodes`` is on.
+KUBELET_CLIENT = "kube-apiserver-kubelet-client"
 
 
 class KubeUnavailableError(RuntimeError):
@@ -180,6 +182,8 @@ def _certificate(
     issuer: tuple[x509.Certificate, Any] | None,
     *,
     ca: bool = False,
+    ips: tuple[str, ...] = (),
+    client: bool = False,
 ) -> x509.Certificate:
     now = datetime.datetime.now(datetime.UTC)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
@@ -193,15 +197,18 @@ def _certificate(
         .not_valid_after(now + datetime.timedelta(days=2))
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
     )
-    if not ca:
+    if not ca and not client:
         builder = builder.add_extension(
             x509.SubjectAlternativeName(
                 [
                     x509.DNSName("localhost"),
                     x509.DNSName("kubernetes"),
                     x509.DNSName("kubernetes.default"),
+                    x509.DNSName("kubernetes.default.svc"),
+                    x509.DNSName("kubernetes.default.svc.cluster.local"),
                     x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
                     x509.IPAddress(ipaddress.ip_address("10.96.0.1")),
+                    *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips),
                 ]
             ),
             critical=False,
@@ -215,6 +222,14 @@ class KubeAPIServer:
 
     ``work_dir`` receives ``pki/``, ``kubeconfig``, ``apiserver.log``. ``port`` 0 picks
     a free one. Use as a context manager, or ``start()`` / ``stop()``.
+
+    ``host`` is the one address it listens on and advertises (127.0.0.1, or the gateway
+    of a bridge the caller made, for pods on a real node to reach it). ``nodes`` makes
+    it a server real nodes join: Node and RBAC authorization with NodeRestriction, the
+    ServiceAccount admission (pods get tokens), a client certificate it shows kubelets
+    (``pki/kubelet-client.*``), and ``tokens``: extra ``(token, user, groups)`` logins,
+    such as a kubelet's ``system:node:<name>`` in ``system:nodes``, that are not
+    ``system:masters``.
     """
 
     def __init__(
@@ -226,7 +241,13 @@ class KubeAPIServer:
         port: int = 0,
         startup_timeout: float = 120.0,
         extra_args: tuple[str, ...] = (),
+        host: str = "127.0.0.1",
+        nodes: bool = False,
+        tokens: tuple[tuple[str, str, str], ...] = (),
     ) -> None:
+        self.host = host
+        self.nodes = nodes
+        self.tokens = tokens
         self.bins = bins
         self.etcd_endpoint = etcd_endpoint
         self.work_dir = work_dir
@@ -241,7 +262,7 @@ class KubeAPIServer:
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return f"https://{self.host}:{self.port}"
 
     @property
     def kubectl_path(self) -> pathlib.Path:
@@ -273,7 +294,7 @@ class KubeAPIServer:
         ca_key = ec.generate_private_key(ec.SECP256R1())
         ca = _certificate("gazette-e2e-ca", ca_key, None, ca=True)
         serving_key = ec.generate_private_key(ec.SECP256R1())
-        serving = _certificate("kube-apiserver", serving_key, (ca, ca_key))
+        serving = _certificate("kube-apiserver", serving_key, (ca, ca_key), ips=(self.host,))
         sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self._ca_pem = ca.public_bytes(serialization.Encoding.PEM)
         files = {
@@ -285,8 +306,16 @@ class KubeAPIServer:
                 serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
             ),
             # token,user,uid,"group1,group2"
-            "tokens.csv": f'{self.token},admin,admin,"system:masters"\n'.encode(),
+            "tokens.csv": "".join(
+                f'{token},{user},{user},"{groups}"\n'
+                for token, user, groups in ((self.token, "admin", "system:masters"), *self.tokens)
+            ).encode(),
         }
+        if self.nodes:
+            client_key = ec.generate_private_key(ec.SECP256R1())
+            client = _certificate(KUBELET_CLIENT, client_key, (ca, ca_key), client=True)
+            files["kubelet-client.crt"] = client.public_bytes(serialization.Encoding.PEM)
+            files["kubelet-client.key"] = _pem_key(client_key)
         out = {}
         for name, data in files.items():
             path = pki / name
@@ -321,27 +350,37 @@ class KubeAPIServer:
         self.kubeconfig.chmod(0o600)
 
     def _args(self, pki: dict[str, pathlib.Path]) -> list[str]:
+        if self.nodes:
+            access = [
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
+                f"--kubelet-client-certificate={pki['kubelet-client.crt']}",
+                f"--kubelet-client-key={pki['kubelet-client.key']}",
+                # Nodes are reached at their address: their names resolve nowhere.
+                "--kubelet-preferred-address-types=InternalIP",
+            ]
+        else:
+            # Nothing here runs pods, so no controller mints their tokens.
+            access = ["--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount"]
         return [
             str(self.bins / "kube-apiserver"),
             f"--etcd-servers={self.etcd_endpoint}",
             "--etcd-prefix=/registry",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={self.host}",
+            f"--advertise-address={self.host}",
             f"--secure-port={self.port}",
             f"--cert-dir={self.work_dir / 'pki'}",
             f"--tls-cert-file={pki['serving.crt']}",
             f"--tls-private-key-file={pki['serving.key']}",
             f"--client-ca-file={pki['ca.crt']}",
             f"--token-auth-file={pki['tokens.csv']}",
-            "--authorization-mode=RBAC",
+            *access,
             "--service-account-issuer=https://kubernetes.default.svc",
             f"--service-account-key-file={pki['sa.pub']}",
             f"--service-account-signing-key-file={pki['sa.key']}",
             "--service-cluster-ip-range=10.96.0.0/16",
             "--allow-privileged=true",
             "--profiling=false",
-            # Nothing here runs pods, so no controller mints their tokens.
-            "--disable-admission-plugins=ServiceAccount",
             *self.extra_args,
         ]
 

@@ -1,0 +1,33 @@
+/* The sandbox process of every pod on the e2e node: it holds the pod's namespaces
+ * open and reaps children it inherits, doing nothing else until it is told to stop.
+ * Built statically by e2e/node/images.py (gcc -static) into a one-file image used as
+ * containerd's sandbox_image, so no registry is needed for it. */
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void stop(int sig) {
+  (void)sig;
+  _exit(0);
+}
+
+static void reap(int sig) {
+  (void)sig;
+  while (waitpid(-1, NULL, WNOHANG) > 0) {
+  }
+}
+
+int main(void) {
+  struct sigaction sa = {0};
+  sa.sa_handler = stop;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  sa.sa_handler = reap;
+  sa.sa_flags = SA_NOCLDSTOP;
+  sigaction(SIGCHLD, &sa, NULL);
+  for (;;) {
+    pause();
+  }
+  return 1;
+}
