@@ -145,12 +145,20 @@ def test_clients_and_operator_get_what_they_use(helm_bin: pathlib.Path) -> None:
     assert oenv["ETCD_PASSWORD_FILE"] == "/etc/gazette/etcd/password/password"
     # Shards' lag reads write heads from brokers: it signs its own narrow tokens from the
     # keys, which it gets as the brokers do (a read-only file that follows the Secret),
-    # never as a value in its environment.
+    # never as a value in its environment; and over https it presents the clients'
+    # certificate (the brokers require one), not the brokers' own.
     assert "--shard-lag-interval=15" in _container(operator)["args"]
-    assert [k for k in oenv if k.startswith("BROKER_")] == ["BROKER_AUTH_KEYS_FILE"]
-    assert oenv["BROKER_AUTH_KEYS_FILE"] == "/etc/gazette/auth/auth-keys"
+    assert {k: v for k, v in oenv.items() if k.startswith("BROKER_")} == {
+        "BROKER_AUTH_KEYS_FILE": "/etc/gazette/auth/auth-keys",
+        "BROKER_CERT_FILE": "/etc/gazette/tls/client/tls.crt",
+        "BROKER_CERT_KEY_FILE": "/etc/gazette/tls/client/tls.key",
+        "BROKER_TRUSTED_CA_FILE": "/etc/gazette/tls/client/ca.crt",
+    }
+    # Consumers serve plaintext here: nothing of theirs.
+    assert not [k for k in oenv if k.startswith("CONSUMER_")]
     assert _mounted(operator) == {
         "/etc/gazette/auth": ("gazette-auth-keys", True),
+        "/etc/gazette/tls/client": ("gazette-client-tls", True),
         "/etc/gazette/tls/etcd": ("gazette-etcd-client-tls", True),
         "/etc/gazette/etcd/password": ("gazette-etcd-password", True),
     }
@@ -194,6 +202,38 @@ def test_the_operator_gets_no_keys_it_would_not_use(
         assert _mounted(broker)["/etc/gazette/auth"] == ("gazette-auth-keys", True)
 
 
+@pytest.mark.parametrize(
+    ("sets", "keys", "certificate"),
+    [
+        # Lag never checked: it dials no broker or consumer, so neither keys nor certificate.
+        (
+            {"operator.shardLagInterval": 0, "security.tls.consumer.secretName": "sum-tls"},
+            False,
+            False,
+        ),
+        # Authorization off, TLS on: the certificate alone.
+        ({"security.authKeys.secretName": "", "security.authKeys.generate": False}, False, True),
+    ],
+)
+def test_the_operators_certificate_goes_with_its_lag_checks(
+    helm_bin: pathlib.Path, sets: dict[str, Any], keys: bool, certificate: bool
+) -> None:
+    objects = _render(helm_bin, sets=sets)
+    operator = _one(objects, "Deployment", "-operator")
+    env, mounted = _env(operator), _mounted(operator)
+    assert ("BROKER_AUTH_KEYS_FILE" in env) == keys
+    assert ("/etc/gazette/auth" in mounted) == keys
+    assert ("BROKER_CERT_FILE" in env) == certificate
+    assert ("/etc/gazette/tls/client" in mounted) == certificate
+    assert not [k for k in env if k.startswith("CONSUMER_")]
+    assert not [m for m in mounted if m.startswith("/etc/gazette/tls/consumer")]
+    # etcd's, which it needs whatever it checks.
+    assert mounted["/etc/gazette/tls/etcd"] == ("gazette-etcd-client-tls", True)
+    # The consumers keep their client certificate whatever the operator does.
+    consumer = _one(objects, "StatefulSet", "-stream-sum")
+    assert _mounted(consumer)["/etc/gazette/tls/client"] == ("gazette-client-tls", True)
+
+
 def test_the_default_install_gives_the_operator_the_keys_file(helm_bin: pathlib.Path) -> None:
     """Authorization is on by default, so the default install's lag needs the keys."""
     objects = helm.template(helm_bin, kube_version="1.36.0")
@@ -210,6 +250,36 @@ def test_consumer_server_tls(helm_bin: pathlib.Path) -> None:
     assert env["CONSUMER_SERVER_CA_FILE"] == "/etc/gazette/tls/consumer/ca.crt"
     assert env["CONSUMER_HOST"] == "$(CONSUMER_ID).gazette-stream-sum.default.svc"
     assert "exec" in _container(consumer)["readinessProbe"]
+
+    # The operator's lag Stat goes to https:// consumers that ask for a client
+    # certificate: it presents the clients' (as the consumers' probes do) and trusts the
+    # consumers' CA, of whose Secret it gets that one key, never the private key.
+    operator = _one(objects, "Deployment", "-operator")
+    oenv = _env(operator)
+    assert {k: v for k, v in oenv.items() if k.startswith("CONSUMER_")} == {
+        "CONSUMER_TRUSTED_CA_FILE": "/etc/gazette/tls/consumer-ca/ca.crt",
+        "CONSUMER_CERT_FILE": "/etc/gazette/tls/client/tls.crt",
+        "CONSUMER_CERT_KEY_FILE": "/etc/gazette/tls/client/tls.key",
+    }
+    assert _mounted(operator)["/etc/gazette/tls/consumer-ca"] == ("stream-sum-tls", True)
+    assert "/etc/gazette/tls/consumer" not in _mounted(operator)
+    (volume,) = [v for v in _pod_spec(operator)["volumes"] if v["name"] == "tls-consumer-ca"]
+    assert volume["secret"] == {
+        "secretName": "stream-sum-tls",
+        "defaultMode": 0o440,
+        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+    }
+    # Without a CA key consumers ask for no certificate, and the root pool is trusted.
+    objects = _render(
+        helm_bin,
+        sets={
+            "security.tls.consumer.secretName": "stream-sum-tls",
+            "security.tls.consumer.caKey": "",
+        },
+    )
+    operator = _one(objects, "Deployment", "-operator")
+    assert not [k for k in _env(operator) if k.startswith("CONSUMER_")]
+    assert not [v for v in _pod_spec(operator)["volumes"] if v["name"] == "tls-consumer-ca"]
 
 
 def test_authorization_is_on_by_default_with_keys_of_the_charts_own(
@@ -501,5 +571,11 @@ def test_secure_release_on_the_api_server(
         name.startswith("*.") and host.endswith(name[1:]) and "." not in host[: -len(name) + 1]
         for name in sans.get_values_for_type(x509.DNSName)
     ), sans
+    # The operator's client certificate, for its lag checks over https.
+    operator = json.loads(
+        kube.kubectl("get", "deployment", "gazette-operator", "-n", ns, "-o", "json").stdout
+    )
+    ovolumes = {v["name"]: v for v in operator["spec"]["template"]["spec"]["volumes"]}
+    assert ovolumes["tls-client"]["secret"]["secretName"] == "gazette-client-tls"
     down = helm.run(helm_bin, "uninstall", "gazette", "--namespace", ns, "--no-hooks", env=env)
     assert down.returncode == 0, down.stderr

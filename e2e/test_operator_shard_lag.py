@@ -18,18 +18,26 @@ and the operator, given both (``--broker.auth-keys-file``, ``--consumer.auth-key
 signs a token of READ of one journal or one shard for each call: the lag is known and
 falls to 0, and after the brokers' keys are rotated (the new key first, then the old one
 dropped) under the running operator, it still reads write heads.
+
+And with TLS on, as ``values-secure.yaml`` installs it: the broker and the consumer serve
+``https://`` and require client certificates, each of its own CA; the operator, given its
+client side of both (``--broker.cert-file`` and friends by environment, as the chart
+gives them, ``--consumer.*`` by flag), reads the lag and sees it fall to 0, where a
+client without a certificate is refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import pathlib
 import secrets
 from collections.abc import Callable
 from typing import Any
 
+import grpc
 import pytest
 import yaml
 from apiserver import kubeapi
@@ -37,9 +45,11 @@ from apiserver import kubeapi
 from gazette import message
 from gazette.broker import client, testing
 from gazette.broker import protocol as pb
-from gazette.broker.protocol import auth
+from gazette.broker.protocol import auth, dial, tlstesting
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
+from gazette.consumer import protocol as pc
 from gazette.consumer import testing as consumer_testing
+from gazette.consumer.protocol import protocol_pb2_grpc as pc_grpc
 from gazette.keyspace import testing as ks_testing
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -351,6 +361,113 @@ async def test_shard_lag_with_authorization_on(
                 )
                 assert "lagUnknown" not in st
                 assert st["lag"] == head2 - st["lagSources"][0]["readThrough"]
+        finally:
+            await kube.kubectl_async(
+                "delete", "shards,journals", "--all", "-n", namespace, "--wait=true", check=False
+            )
+            ks_testing.wipe_prefix(gazette_etcd.endpoint, broker_root + "/")
+            ks_testing.wipe_prefix(gazette_etcd.endpoint, consumers_root + "/")
+
+
+async def test_shard_lag_over_mutual_tls(
+    kube: kubeapi.KubeAPIServer,
+    namespace: str,
+    start_operator: Callable[..., Any],
+    gazette_etcd: ks_testing.EtcdServer,
+    etcd_roots: tuple[str, str],
+    tmp_path: pathlib.Path,
+) -> None:
+    broker_root, consumers_root = etcd_roots
+    # Two CAs: a side given the other's files (a wrong CA, a certificate the server does
+    # not trust) would fail its handshake, so lag known shows each side has its own.
+    bcerts = tlstesting.make_certs(tmp_path / "broker-tls", name="broker-ca")
+    ccerts = tlstesting.make_certs(tmp_path / "consumer-tls", name="consumer-ca")
+    brokers = testing.BrokerCluster(
+        gazette_etcd.endpoint,
+        work_dir=tmp_path / "brokers",
+        brokers=1,
+        etcd_prefix=broker_root,
+        lease="3s",
+        tls=bcerts,  # Serves https://, requires a client certificate of broker-ca.
+    )
+    with brokers:
+        assert brokers[0].endpoint.startswith("https://")
+        ctls = ccerts.client_tls()
+        start_operator(
+            namespace,
+            args=(
+                "--shard-lag-interval=1",
+                f"--consumer.cert-file={ctls.cert_file}",
+                f"--consumer.cert-key-file={ctls.key_file}",
+                f"--consumer.trusted-ca-file={ctls.ca_file}",
+            ),
+            env=bcerts.client_env(),  # BROKER_CERT_FILE etc., as the chart sets them.
+        )
+        try:
+            await kube.kubectl_async(
+                "apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(manifests())
+            )
+            async with brokers.channel(0) as ch:
+                await testing.wait_writable(pb2_grpc.JournalStub(ch), SOURCE)
+            body = b"".join(
+                b'{"UUID":"00000000-0000-0000-0000-000000000000","n":%d}\n' % i
+                for i in range(MESSAGES)
+            )
+            btls = bcerts.client_tls()
+            config = client.ClientConfig(
+                address=brokers[0].endpoint,
+                cert_file=btls.cert_file,
+                cert_key_file=btls.key_file,
+                trusted_ca_file=btls.ca_file,
+            )
+            async with client.JournalClient(config) as jc:
+                head = (await client.append(jc, SOURCE, body)).commit.end
+
+            app = GatedCount()
+            args = consumer_testing.argv(
+                etcd=gazette_etcd.endpoint,
+                broker=brokers[0].endpoint,
+                prefix=f"{consumers_root}/{APP}",
+                id="consumer-0",
+                zone="zone-a",
+                # Serves https:// with consumer-ca's certificate and requires a client
+                # certificate of it; reaches the broker with broker-ca's client one.
+                extra=(*ccerts.broker_args("consumer"), *bcerts.client_args()),
+            )
+            async with consumer_testing.serving(args, app) as serving:
+                assert serving.endpoint.startswith("https://127.0.0.1:")
+                # What the operator's calls were before it had a certificate: refused at
+                # the handshake, so the lag could only be UNAVAILABLE.
+                bare = dial.channel(
+                    serving.endpoint, dial.DialConfig(tls=dial.TLS(ca_file=ctls.ca_file))
+                )
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await pc_grpc.ShardStub(bare).Stat(pc.StatRequest(shard=SHARD_ID), timeout=5)
+                assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+                with contextlib.suppress(grpc.RpcError):
+                    await bare.close()
+
+                st = await wait_status(
+                    kube,
+                    namespace,
+                    lambda s: s.get("lag") == head and s.get("primary") == "zone-a/consumer-0",
+                    f"lag {head} over mutual TLS while the consumer is held",
+                )
+                assert "lagUnknown" not in st
+                assert st["lagSources"] == [
+                    {"journal": SOURCE, "readThrough": 0, "writeHead": head, "lag": head}
+                ]
+                assert await lag_cell(kube, namespace) == str(head)
+
+                app.gate.set()
+                st = await wait_status(
+                    kube, namespace, lambda s: s.get("lag") == 0, "lag 0 once caught up"
+                )
+                assert st["lagSources"] == [
+                    {"journal": SOURCE, "readThrough": head, "writeHead": head, "lag": 0}
+                ]
+                assert app.seen == MESSAGES
+                assert await lag_cell(kube, namespace) == "0"
         finally:
             await kube.kubectl_async(
                 "delete", "shards,journals", "--all", "-n", namespace, "--wait=true", check=False

@@ -6,8 +6,14 @@ the auth keys of clients, which sign tokens from them), so a Secret rotated in p
 reaches the running pods: brokers reload their keys file when it changes.
 
 Roles: broker, consumer, operator, client (helm test's gazctl). The auth keys are
-mounted where they verify (brokers) and where the operator signs its lag tokens.
+mounted where they verify (brokers) and where the operator signs its lag tokens; the
+operator's client certificate goes with them, where it checks Shards' lag.
 */}}
+
+{{/* Whether the operator checks Shards' lag (operator.shardLagInterval > 0). */}}
+{{- define "gazette.lagChecked" -}}
+{{- if gt (float64 .Values.operator.shardLagInterval) 0.0 -}}true{{- end -}}
+{{- end -}}
 
 {{- define "gazette.tlsOn" -}}
 {{- if .Values.security.tls.broker.secretName -}}true{{- end -}}
@@ -19,7 +25,7 @@ mounted where they verify (brokers) and where the operator signs its lag tokens.
 {{- if eq .use "broker" -}}{{- $t.broker.secretName -}}
 {{- else if eq .use "peer" -}}{{- $t.peer.secretName | default $t.broker.secretName -}}
 {{- else if eq .use "client" -}}{{- $t.client.secretName | default $t.peer.secretName | default $t.broker.secretName -}}
-{{- else if eq .use "consumer" -}}{{- $t.consumer.secretName -}}
+{{- else if or (eq .use "consumer") (eq .use "consumer-ca") -}}{{- $t.consumer.secretName -}}
 {{- else if eq .use "etcd" -}}{{- .ctx.Values.etcd.tls.secretName -}}
 {{- end -}}
 {{- end -}}
@@ -31,21 +37,29 @@ mounted where they verify (brokers) and where the operator signs its lag tokens.
 {{- if eq .use "broker" -}}{{- $block = $t.broker -}}
 {{- else if eq .use "peer" -}}{{- $block = ternary $t.peer $t.broker (ne $t.peer.secretName "") -}}
 {{- else if eq .use "client" -}}{{- $block = ternary $t.client (ternary $t.peer $t.broker (ne $t.peer.secretName "")) (ne $t.client.secretName "") -}}
-{{- else if eq .use "consumer" -}}{{- $block = $t.consumer -}}
+{{- else if or (eq .use "consumer") (eq .use "consumer-ca") -}}{{- $block = $t.consumer -}}
 {{- else if eq .use "etcd" -}}{{- $block = .ctx.Values.etcd.tls -}}
 {{- end -}}
 {{- toJson $block -}}
 {{- end -}}
 
-{{/* The TLS uses of a role. */}}
+{{/*
+The TLS uses of a role. The operator's, while it checks Shards' lag (else it dials no
+broker or consumer): "client", the certificate it presents to brokers and consumers;
+"consumer-ca", the CA of consumers serving TLS (only that key of their Secret, never
+their private key).
+*/}}
 {{- define "gazette.tlsUses" -}}
 {{- $uses := list -}}
+{{- $lag := and (eq .role "operator") (include "gazette.lagChecked" .ctx) -}}
+{{- $c := .ctx.Values.security.tls.consumer -}}
 {{- if include "gazette.tlsOn" .ctx -}}
 {{- if eq .role "broker" -}}{{- $uses = list "broker" "peer" -}}
-{{- else if or (eq .role "consumer") (eq .role "client") -}}{{- $uses = list "client" -}}
+{{- else if or (eq .role "consumer") (eq .role "client") $lag -}}{{- $uses = list "client" -}}
 {{- end -}}
 {{- end -}}
-{{- if and (eq .role "consumer") .ctx.Values.security.tls.consumer.secretName -}}{{- $uses = append $uses "consumer" -}}{{- end -}}
+{{- if and (eq .role "consumer") $c.secretName -}}{{- $uses = append $uses "consumer" -}}{{- end -}}
+{{- if and $lag $c.secretName $c.caKey -}}{{- $uses = append $uses "consumer-ca" -}}{{- end -}}
 {{- if and (ne .role "client") .ctx.Values.etcd.tls.secretName -}}{{- $uses = append $uses "etcd" -}}{{- end -}}
 {{- toJson $uses -}}
 {{- end -}}
@@ -57,11 +71,12 @@ mounted where they verify (brokers) and where the operator signs its lag tokens.
   "peer" (list "BROKER_PEER_CERT_FILE" "BROKER_PEER_CERT_KEY_FILE" "BROKER_PEER_CA_FILE")
   "client" (list "BROKER_CERT_FILE" "BROKER_CERT_KEY_FILE" "BROKER_TRUSTED_CA_FILE")
   "consumer" (list "CONSUMER_SERVER_CERT_FILE" "CONSUMER_SERVER_CERT_KEY_FILE" "CONSUMER_SERVER_CA_FILE")
+  "consumer-ca" (list "" "" "CONSUMER_TRUSTED_CA_FILE")
   "etcd" (list "ETCD_CERT_FILE" "ETCD_CERT_KEY_FILE" "ETCD_TRUSTED_CA_FILE") -}}
 {{- $names := get $vars .use -}}
 {{- $files := list .keys.certKey .keys.keyKey .keys.caKey -}}
 {{- range $i, $file := $files }}
-{{- if $file }}
+{{- if and $file (index $names $i) }}
 - name: {{ index $names $i }}
   value: {{ printf "%s/%s" $.dir $file | quote }}
 {{- end }}
@@ -87,7 +102,7 @@ values.yaml security.authKeys says why it holds the keys). (dict "ctx" $ "role" 
 {{- define "gazette.authKeysMounted" -}}
 {{- $ctx := .ctx -}}
 {{- if include "gazette.authKeysSecret" $ctx -}}
-{{- if or (eq .role "broker") (and (eq .role "operator") (gt (float64 $ctx.Values.operator.shardLagInterval) 0.0)) -}}true{{- end -}}
+{{- if or (eq .role "broker") (and (eq .role "operator") (include "gazette.lagChecked" $ctx)) -}}true{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -117,8 +132,19 @@ values.yaml security.authKeys says why it holds the keys). (dict "ctx" $ "role" 
       key: {{ $s.authKeys.key }}
 {{- end }}
 {{- end }}
-{{- range $use := include "gazette.tlsUses" . | fromJsonArray }}
+{{- $uses := include "gazette.tlsUses" . | fromJsonArray }}
+{{- range $use := $uses }}
 {{- include "gazette.tlsUseEnv" (dict "use" $use "dir" (printf "/etc/gazette/tls/%s" $use) "keys" (include "gazette.tlsKeys" (dict "ctx" $ctx "use" $use) | fromJson)) }}
+{{- if and (eq $use "consumer-ca") (has "client" $uses) }}
+{{- /* Consumers that ask for a client certificate get the one the chart's clients present (their own probes' too). */}}
+{{- $client := include "gazette.tlsKeys" (dict "ctx" $ctx "use" "client") | fromJson }}
+{{- with $client.certKey }}
+- name: CONSUMER_CERT_FILE
+  value: {{ printf "/etc/gazette/tls/client/%s" . | quote }}
+- name: CONSUMER_CERT_KEY_FILE
+  value: {{ printf "/etc/gazette/tls/client/%s" $client.keyKey | quote }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- if ne .role "client" }}
 {{- if include "gazette.bundledEtcdAuth" $ctx }}
@@ -172,6 +198,12 @@ values.yaml security.authKeys says why it holds the keys). (dict "ctx" $ "role" 
   secret:
     secretName: {{ include "gazette.tlsSecret" (dict "ctx" $ctx "use" $use) }}
     defaultMode: 0440
+    {{- if eq $use "consumer-ca" }}
+    # The CA alone: the consumers' private key stays theirs.
+    {{- $ca := (include "gazette.tlsKeys" (dict "ctx" $ctx "use" $use) | fromJson).caKey }}
+    items:
+      - {key: {{ $ca | quote }}, path: {{ $ca | quote }}}
+    {{- end }}
 {{- end }}
 {{- if and (ne .role "client") (include "gazette.bundledEtcdAuth" $ctx) }}
 - name: etcd-password

@@ -145,6 +145,27 @@ def parse_args(
             help=f"file holding the keys of --{section}.auth-keys (e.g. a mounted Secret), "
             f"read again when it changes (env {var}_FILE)",
         )
+    # Our side of TLS with https:// brokers and consumers (gazette.operator.lag.client_tls):
+    # the client flags and variables gazctl takes, by Gazette's names.
+    for section, who in (("broker", "brokers"), ("consumer", "consumers")):
+        cert, key, ca = (f"--{section}.{name}" for name in lag.TLS_FLAGS)
+        for flag, text, default in (
+            (
+                cert,
+                f"PEM client certificate presented to https:// {who}, for Shards' lag "
+                f"({who} run with --{section}.server-ca-file require one)",
+                "none",
+            ),
+            (key, f"PEM private key of {cert}", "none"),
+            (ca, f"PEM CA of the {who}' certificates", "the system's root pool"),
+        ):
+            var = flag[2:].upper().replace(".", "_").replace("-", "_")
+            p.add_argument(
+                flag,
+                dest=var.lower(),
+                default=env.get(var, ""),
+                help=f"{text} (env {var}; default: {default})",
+            )
     p.add_argument(
         "--retry-delay",
         type=float,
@@ -241,6 +262,20 @@ def parse_args(
         p.error("--retry-delay and --shard-status-interval must be positive")
     if args.shard_lag_interval < 0:
         p.error("--shard-lag-interval must be 0 (off) or positive")
+    try:
+        # Files that don't load stop the start naming their flag, as gazctl's do: else
+        # every handshake would fail and each Shard's lag say no more than UNAVAILABLE.
+        broker_tls = lag.client_tls(
+            "broker", args.broker_cert_file, args.broker_cert_key_file, args.broker_trusted_ca_file
+        )
+        consumer_tls = lag.client_tls(
+            "consumer",
+            args.consumer_cert_file,
+            args.consumer_cert_key_file,
+            args.consumer_trusted_ca_file,
+        )
+    except pb.TLSConfigError as e:
+        p.error(str(e))
     lag_config = lag.LagConfig(
         interval=args.shard_lag_interval,
         broker_address=args.broker_address,
@@ -248,6 +283,8 @@ def parse_args(
         broker_auth_keys_file=args.broker_auth_keys_file,
         consumer_auth_keys=args.consumer_auth_keys,
         consumer_auth_keys_file=args.consumer_auth_keys_file,
+        broker_tls=broker_tls,
+        consumer_tls=consumer_tls,
     )
     try:
         # Keys that don't decode, or a file that can't be read, stop the start (as a

@@ -18,6 +18,15 @@ every call carries a token of :mod:`gazette.operator.lagauth`: READ of that one 
 or shard, for a minute. Keys that can't be read leave every shard's lag unknown, with
 the flag and the reason.
 
+With TLS on, brokers and consumers advertise ``https://`` endpoints, and may require a
+client certificate (``--broker.server-ca-file``, ``--consumer.server-ca-file``). The
+operator's side of those connections is a client's, named as gazctl's and a consumer's
+broker client name it: ``--broker.cert-file``, ``--broker.cert-key-file``,
+``--broker.trusted-ca-file`` towards brokers, the same under ``--consumer.`` towards
+consumers (:func:`client_tls`). The files are read again for each round's channels, so
+a renewed certificate (a Secret cert-manager rotated) is presented from the next round
+on; files that stop loading leave every shard's lag unknown, naming the flag.
+
 A shard that can't be asked (no primary, no endpoint, the Stat failed or timed out,
 a write head unknown) gets a :class:`~gazette.consumer.lag.ShardLag` whose ``error``
 says why, and :func:`gazette.operator.status.lag_status_for` shows no number for it.
@@ -25,6 +34,7 @@ says why, and :func:`gazette.operator.status.lag_status_for` shows no number for
 Usage::
 
     checker = lag.LagChecker(lag.LagConfig(), mirrors, broker_root="/gazette/cluster")
+    # Over TLS: lag.LagConfig(broker_tls=lag.client_tls("broker", "c.crt", "c.key", "ca.crt"))
     found = await checker.check([lag.Target("uid-1", prefix, "shard-000", ["a/b"], primary)])
     found["uid-1"].total
 """
@@ -49,11 +59,47 @@ from gazette.consumer.protocol import protocol_pb2_grpc as pc_grpc
 from gazette.operator import lagauth, status
 from gazette.operator import mirrors as mirrors_
 
-__all__ = ["LagChecker", "LagConfig", "Target"]
+__all__ = ["TLS_FLAGS", "LagChecker", "LagConfig", "Target", "client_tls"]
 
 logger = logging.getLogger(__name__)
 
 _MEMBERS = "/members"
+
+#: The client TLS flags of one side (``--broker.`` or ``--consumer.``), in the order of
+#: :class:`~gazette.broker.protocol.dial.TLS`'s files: Gazette's client names, which
+#: gazctl and a consumer's broker client take too.
+TLS_FLAGS = ("cert-file", "cert-key-file", "trusted-ca-file")
+
+
+def client_tls(
+    section: str, cert_file: str = "", key_file: str = "", ca_file: str = ""
+) -> dial.TLS:
+    """The TLS of lag's calls to ``section`` (``broker`` or ``consumer``), its files loaded.
+
+    Raises ``pb.TLSConfigError`` whose text begins with the flag at fault
+    (``--broker.trusted-ca-file: ...``): a file that can't be read or parsed, a
+    certificate without its key or the other way round, a key not of its certificate.
+    """
+    files = (cert_file, key_file, ca_file)
+    try:
+        tls = dial.TLS(*files)
+        tls.pem()  # Parse now: gRPC would only say UNAVAILABLE at the handshake.
+    except pb.TLSConfigError as e:
+        raise _named(section, files, e) from None
+    return tls
+
+
+def _named(section: str, files: tuple[str, str, str], e: pb.TLSConfigError) -> pb.TLSConfigError:
+    """``e`` with the flag of the file at fault in front."""
+    if e.path and e.path in files:
+        flag = TLS_FLAGS[files.index(e.path)]
+    else:  # A certificate without its key, or a key without its certificate.
+        flag = TLS_FLAGS[1] if files[0] else TLS_FLAGS[0]
+    return pb.TLSConfigError(f"--{section}.{flag}: {e}", e.path)
+
+
+def _files(tls: dial.TLS) -> tuple[str, str, str]:
+    return tls.cert_file, tls.key_file, tls.ca_file
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -81,6 +127,8 @@ class LagConfig:
     broker_auth_keys_file: str = ""
     consumer_auth_keys: str = dataclasses.field(default="", repr=False)
     consumer_auth_keys_file: str = ""
+    broker_tls: dial.TLS = dataclasses.field(default_factory=dial.TLS)
+    consumer_tls: dial.TLS = dataclasses.field(default_factory=dial.TLS)
 
     @property
     def enabled(self) -> bool:
@@ -124,12 +172,11 @@ class LagChecker:
         mirrors: mirrors_.Mirrors,
         *,
         broker_root: str,
-        dial_config: dial.DialConfig | None = None,
     ) -> None:
         self.config = config
         self._mirrors = mirrors
         self._broker_root = broker_root
-        self._dial = dial_config or dial.DialConfig()
+        self._dial = dial.DialConfig(tls=config.consumer_tls)
         self._broker_auth = lagauth.LagAuthorizer(config.broker_keys())
         self._consumer_auth = lagauth.LagAuthorizer(config.consumer_keys())
 
@@ -181,11 +228,22 @@ class LagChecker:
             # Once a round: a rotated keys file is signed with from the next round on.
             self._broker_auth.keys.refresh()
             self._consumer_auth.keys.refresh()
-        except pb.AuthorizationError as e:
+            # Likewise the certificates: renewed files are presented from this round on,
+            # and files gone bad say so (naming the flag) rather than fail each handshake.
+            client_tls("broker", *_files(self.config.broker_tls))
+            client_tls("consumer", *_files(self.config.consumer_tls))
+        except (pb.AuthorizationError, pb.TLSConfigError) as e:
             return {t.uid: consumer_lag.ShardLag(error=str(e)) for t in targets}
         channels: dict[str, grpc.aio.Channel] = {}
         limit = asyncio.Semaphore(self.config.concurrency)
-        config = client.ClientConfig(address=broker, wait_for_ready=False)
+        broker_tls = self.config.broker_tls
+        config = client.ClientConfig(
+            address=broker,
+            wait_for_ready=False,
+            cert_file=broker_tls.cert_file,
+            cert_key_file=broker_tls.key_file,
+            trusted_ca_file=broker_tls.ca_file,
+        )
         async with client.JournalClient(config) as jc:
             # The client would sign hour-long tokens of whatever a call asks: lag's
             # calls get READ of their one journal, for a minute.
@@ -202,7 +260,13 @@ class LagChecker:
                     )
                 channel = channels.get(endpoint)
                 if channel is None:
-                    channel = channels[endpoint] = dial.channel(endpoint, self._dial)
+                    try:
+                        channel = channels[endpoint] = dial.channel(endpoint, self._dial)
+                    except pb.TLSConfigError as e:
+                        # The files went bad since the round checked them (a Secret being
+                        # replaced): this shard's lag is unknown, not the round's end.
+                        why = _named("consumer", _files(self._dial.tls), e)
+                        return consumer_lag.ShardLag(error=str(why))
                 stub = pc_grpc.ShardStub(channel)
 
                 async def stat() -> pc.StatResponse:
@@ -226,9 +290,14 @@ class LagChecker:
                     return resp
 
                 async with limit:
-                    return await consumer_lag.shard_lag(
-                        stat, target.journals, heads, stat_timeout=self.config.stat_timeout
-                    )
+                    try:
+                        return await consumer_lag.shard_lag(
+                            stat, target.journals, heads, stat_timeout=self.config.stat_timeout
+                        )
+                    except pb.TLSConfigError as e:  # The broker's channel, likewise.
+                        return consumer_lag.ShardLag(
+                            error=str(_named("broker", _files(broker_tls), e))
+                        )
 
             try:
                 found = await asyncio.gather(*(one(t) for t in targets))
