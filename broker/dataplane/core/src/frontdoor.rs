@@ -21,6 +21,7 @@ mod validate;
 
 use native::serve_native;
 pub use native::{NativeService, NATIVE_PATHS};
+pub use validate::DRAIN_TIMEOUT;
 
 use std::{convert::Infallible, io, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 

@@ -79,6 +79,15 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Reads and drops what is left of a refused request's stream, for at most
+/// [`crate::frontdoor::DRAIN_TIMEOUT`] (the Python broker's `api._drain`).
+async fn drain<T>(mut requests: Streaming<T>) {
+    let _ = tokio::time::timeout(crate::frontdoor::DRAIN_TIMEOUT, async {
+        while let Ok(Some(_)) = requests.message().await {}
+    })
+    .await;
+}
+
 fn not_here(rpc: &str) -> Status {
     Status::unimplemented(format!(
         "{rpc} is served by the Python broker, not the data plane"
@@ -161,7 +170,15 @@ impl Journal for NativeJournal {
         let Some(ctx) = self.appends.clone() else {
             return Err(not_here("Append"));
         };
-        let claims = self.claims(&req, capability::APPEND)?;
+        let claims = match self.claims(&req, capability::APPEND) {
+            Ok(claims) => claims,
+            Err(refused) => {
+                // Answered while it still writes, grpcio's asyncio client (the HTTP
+                // gateway's, for one) reports its own INTERNAL rather than why.
+                drain(req.into_inner()).await;
+                return Err(refused);
+            }
+        };
         let mut requests = req.into_inner();
         let first = match requests.message().await? {
             None => return Err(Status::unknown("append stream: unexpected EOF")),

@@ -17,8 +17,8 @@ use super::content::{NOT_COMMITTED, OUTCOME_UNKNOWN};
 use super::{AppendContext, AppendFsm};
 use crate::claims::capability;
 use crate::pipeline::id_str;
-use crate::protocol::{AppendRequest, AppendResponse};
-use crate::registry::Query;
+use crate::protocol::{process_spec, AppendRequest, AppendResponse};
+use crate::registry::{Query, Resolution};
 
 /// Forwards the append `fsm` resolved to its primary, with the client's `rest`.
 pub async fn forward(
@@ -72,7 +72,9 @@ pub async fn forward(
     let moved = ctx
         .registry
         .until_changed(&journal, query, res.invalidated.clone(), |r| {
-            r.header.process_id.as_ref() == Some(&primary)
+            // The route's primary, not who resolved: a journal suspended by this
+            // very append resolves SUSPENDED, with its primary where it was.
+            primary_of(r) == Some(&primary)
         });
     tokio::select! {
         answered = client.append(call) => match answered {
@@ -97,4 +99,12 @@ pub async fn forward(
             )))
         }
     }
+}
+
+/// The member of the resolved route that is its primary.
+fn primary_of(res: &Resolution) -> Option<&process_spec::Id> {
+    let route = res.header.route.as_ref()?;
+    usize::try_from(route.primary)
+        .ok()
+        .and_then(|i| route.members.get(i))
 }
