@@ -45,6 +45,11 @@ pub const FENCE_STEP: i64 = 16 << 20;
 /// How long an ask may wait for Python before it fails (Python's own fence and
 /// etcd timeouts are shorter: this only bounds a Python that stopped answering).
 pub const ASK_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long commits wait in the outbox before they wake Python (asks and completed
+/// fragments wake it at once): a journal taking appends back to back costs Python
+/// one drain per linger, not one per append. Python's index (reads it serves)
+/// learns of a commit this much later at most.
+pub const COMMIT_LINGER: Duration = Duration::from_millis(1);
 /// Lifetime of the tokens the broker signs for its calls to peers (Python's
 /// `auth.LIFETIME`: replication streams are long-lived).
 pub const PEER_TOKEN_LIFETIME: u64 = 3600;
@@ -145,6 +150,8 @@ struct Outbox {
     events: VecDeque<Event>,
     // Whether Python was woken since it last drained.
     signalled: bool,
+    // Whether a wake for commits is due after COMMIT_LINGER.
+    lingering: bool,
     closed: bool,
 }
 
@@ -192,8 +199,8 @@ impl Outbox {
 /// See the module documentation.
 pub struct Bridge {
     config: BridgeConfig,
-    outbox: Mutex<Outbox>,
-    wake: Box<dyn Fn() + Send + Sync>,
+    outbox: Arc<Mutex<Outbox>>,
+    wake: Arc<dyn Fn() + Send + Sync>,
     asked: Mutex<HashMap<u64, oneshot::Sender<Answer>>>,
     next_id: AtomicU64,
     index: Mutex<HashMap<String, watch::Sender<IndexSummary>>>,
@@ -216,8 +223,8 @@ impl Bridge {
     pub fn new(config: BridgeConfig, gate: SharedGate, wake: Box<dyn Fn() + Send + Sync>) -> Self {
         Bridge {
             config: config.clone(),
-            outbox: Mutex::default(),
-            wake,
+            outbox: Arc::default(),
+            wake: Arc::from(wake),
             asked: Mutex::default(),
             next_id: AtomicU64::new(1),
             index: Mutex::default(),
@@ -311,6 +318,49 @@ impl Bridge {
     }
 
     // -- The data plane's side ----------------------------------------------------------
+
+    /// Queues a commit; Python is woken after [`COMMIT_LINGER`] unless something
+    /// else wakes it first.
+    fn push_commit(&self, journal: &str, fragment: LocalFragment) {
+        let linger = {
+            let mut outbox = lock(&self.outbox);
+            if outbox.closed {
+                return;
+            }
+            outbox.commit(journal, fragment);
+            !outbox.signalled && !std::mem::replace(&mut outbox.lingering, true)
+        };
+        if !linger {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return self.wake_now();
+        };
+        let (outbox, wake) = (self.outbox.clone(), self.wake.clone());
+        runtime.spawn(async move {
+            tokio::time::sleep(COMMIT_LINGER).await;
+            let due = {
+                let mut outbox = lock(&outbox);
+                outbox.lingering = false;
+                // (A wake since, for something else, may have taken the commits.)
+                !outbox.commits.is_empty() && !std::mem::replace(&mut outbox.signalled, true)
+            };
+            if due {
+                wake();
+            }
+        });
+    }
+
+    fn wake_now(&self) {
+        let due = {
+            let mut outbox = lock(&self.outbox);
+            outbox.lingering = false;
+            !std::mem::replace(&mut outbox.signalled, true)
+        };
+        if due {
+            (self.wake)();
+        }
+    }
 
     fn push(&self, f: impl FnOnce(&mut Outbox)) {
         let wake = {
@@ -425,7 +475,7 @@ fn client_tls(tls: Option<&PeerTls>) -> tonic::transport::ClientTlsConfig {
 
 impl ReplicaHost for Bridge {
     fn spool_commit(&self, journal: &str, fragment: LocalFragment) {
-        self.push(|outbox| outbox.commit(journal, fragment));
+        self.push_commit(journal, fragment);
     }
 
     fn spool_complete(&self, journal: &str, completed: Completed, at_once: bool, held: bool) {

@@ -61,18 +61,25 @@ fn completed(f: LocalFragment) -> Completed {
     }
 }
 
-#[test]
-fn commits_of_a_fragment_coalesce_and_python_is_woken_once_per_drain() {
+#[tokio::test(start_paused = true)]
+async fn commits_coalesce_and_wake_python_once_per_linger() {
     let (b, wakes) = bridge();
     let f = file();
     for end in [10, 20, 30] {
         b.spool_commit("a/journal", fragment(0, end, &f));
     }
+    assert_eq!(wakes.load(Ordering::SeqCst), 0, "commits linger");
+    tokio::time::sleep(COMMIT_LINGER * 2).await;
     assert_eq!(wakes.load(Ordering::SeqCst), 1);
     assert_eq!(ends(&b.drain()), vec![("commit", 30)]);
     assert!(b.drain().is_empty());
     b.spool_commit("a/journal", fragment(0, 40, &f));
+    // A completion wakes Python at once, and carries the waiting commit with it.
+    b.spool_complete("a/journal", completed(fragment(0, 40, &f)), true, false);
     assert_eq!(wakes.load(Ordering::SeqCst), 2);
+    assert_eq!(ends(&b.drain()), vec![("commit", 40), ("complete", 40)]);
+    tokio::time::sleep(COMMIT_LINGER * 2).await;
+    assert_eq!(wakes.load(Ordering::SeqCst), 2, "nothing left for the linger to wake for");
 }
 
 #[test]

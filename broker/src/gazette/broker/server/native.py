@@ -203,8 +203,9 @@ class NativeHost:
             kind = event[0]
             try:
                 if kind == "commit":
+                    # (The plane knows its own spools: the index summary it reads
+                    # matters for what stores hold, published on listings.)
                     self._commit(event[1], event[2], event[3])
-                    grown.add(event[1])
                 elif kind == "complete":
                     self._complete(*event[1:])
                     grown.add(event[1])
