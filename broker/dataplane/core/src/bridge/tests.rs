@@ -79,7 +79,11 @@ async fn commits_coalesce_and_wake_python_once_per_linger() {
     assert_eq!(wakes.load(Ordering::SeqCst), 2);
     assert_eq!(ends(&b.drain()), vec![("commit", 40), ("complete", 40)]);
     tokio::time::sleep(COMMIT_LINGER * 2).await;
-    assert_eq!(wakes.load(Ordering::SeqCst), 2, "nothing left for the linger to wake for");
+    assert_eq!(
+        wakes.load(Ordering::SeqCst),
+        2,
+        "nothing left for the linger to wake for"
+    );
 }
 
 #[test]
