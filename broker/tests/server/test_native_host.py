@@ -56,6 +56,7 @@ class FakePlane:
         self.answers: dict[int, tuple[int | None, str | None]] = {}
         self.indexes: dict[str, tuple[bool, int, int, int]] = {}
         self.served = self.closed = False
+        self.health: dict[str, str | None] = {}
 
     def send(self, *events: tuple[Any, ...]) -> None:
         self.outbox.extend(events)
@@ -78,7 +79,7 @@ class FakePlane:
         self.indexes[journal] = (done, begin, end, mod_time)
 
     def set_store_health(self, url: str, failure: str | None = None) -> None:
-        pass
+        self.health[url] = failure
 
     def set_lease(self, valid_for: float | None, cut_off: str | None = None) -> None:
         pass
@@ -99,6 +100,13 @@ class FakeHost:
         self.idx = index.Index()
         self.completed: list[tuple[spool.Spool, bool, bool]] = []
         self.asked: list[tuple[str, str, int, int, Any]] = []
+        self.leases = 0
+
+    def publish_lease(self) -> None:
+        self.leases += 1
+
+    def served_stores(self) -> set[str]:
+        return {"file:///"}
 
     def local_index(self, journal: str) -> index.Index | None:
         return self.idx if journal == "a/journal" else None
@@ -212,6 +220,17 @@ async def test_asks_are_answered_with_a_value_or_the_error(hosted: Any) -> None:
     assert plane.answers[7] == (42, None)
     assert plane.answers[8] == (None, "etcd: permission denied")
     assert host.asked[0] == ("head_resumes_at", "a/journal", 40, 2, None)
+
+
+async def test_the_lease_and_store_health_are_published_while_it_runs(hosted: Any) -> None:
+    nh, plane, host = hosted
+    publishing = asyncio.get_running_loop().create_task(nh.publish())
+    try:
+        await settle(lambda: host.leases >= 2 and "file:///" in plane.health)
+    finally:
+        publishing.cancel()
+    _, err = host.registry.get("file:///").health_status()
+    assert plane.health["file:///"] == (None if err is None else str(err))
 
 
 async def test_close_stops_serving_and_draining(hosted: Any) -> None:

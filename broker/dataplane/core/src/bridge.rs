@@ -207,6 +207,8 @@ pub struct Bridge {
     // Stores by URL: their health check's failure, if any (absent: not checked yet).
     store_health: RwLock<HashMap<String, Option<String>>>,
     fences: Arc<Mutex<HashMap<String, deps::Fence>>>,
+    // Tells fences of successive replicas of a journal apart.
+    fence_generations: AtomicU64,
     // Until when our etcd lease is surely valid, and why no peer answers us (if so).
     lease: RwLock<(Option<Instant>, Option<String>)>,
     gate: SharedGate,
@@ -215,6 +217,19 @@ pub struct Bridge {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The linger of commits is over: wake Python unless a wake since (for something
+/// else) already took them.
+fn wake_for_commits(outbox: &Mutex<Outbox>, wake: &(dyn Fn() + Send + Sync)) {
+    let due = {
+        let mut outbox = lock(outbox);
+        outbox.lingering = false;
+        !outbox.commits.is_empty() && !std::mem::replace(&mut outbox.signalled, true)
+    };
+    if due {
+        wake();
+    }
 }
 
 impl Bridge {
@@ -230,6 +245,7 @@ impl Bridge {
             index: Mutex::default(),
             store_health: RwLock::default(),
             fences: Arc::default(),
+            fence_generations: AtomicU64::new(1),
             lease: RwLock::new((None, None)),
             channels: Arc::new(Channels {
                 tls: config.peer_tls.clone(),
@@ -272,19 +288,6 @@ impl Bridge {
                 index.insert(journal.to_owned(), watch::Sender::new(summary));
             }
         }
-    }
-
-    /// The journal is no longer served here: forget what was published of it.
-    pub fn forget_journal(&self, journal: &str) {
-        lock(&self.index).remove(journal);
-        lock(&self.fences).remove(journal);
-    }
-
-    /// The replica of `journal` was made anew (another lease, a re-created
-    /// journal, a new primary): its fence must be taken over again before its
-    /// first acknowledgement, as Python's fresh replica does.
-    pub fn replica_replaced(&self, journal: &str) {
-        lock(&self.fences).remove(journal);
     }
 
     /// The health of the store at `url`: None when its last check passed.
@@ -333,32 +336,13 @@ impl Bridge {
         if !linger {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return self.wake_now();
-        };
         let (outbox, wake) = (self.outbox.clone(), self.wake.clone());
-        runtime.spawn(async move {
-            tokio::time::sleep(COMMIT_LINGER).await;
-            let due = {
-                let mut outbox = lock(&outbox);
-                outbox.lingering = false;
-                // (A wake since, for something else, may have taken the commits.)
-                !outbox.commits.is_empty() && !std::mem::replace(&mut outbox.signalled, true)
-            };
-            if due {
-                wake();
-            }
-        });
-    }
-
-    fn wake_now(&self) {
-        let due = {
-            let mut outbox = lock(&self.outbox);
-            outbox.lingering = false;
-            !std::mem::replace(&mut outbox.signalled, true)
-        };
-        if due {
-            (self.wake)();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(async move {
+                tokio::time::sleep(COMMIT_LINGER).await;
+                wake_for_commits(&outbox, &*wake);
+            })),
+            Err(_) => wake_for_commits(&outbox, &*wake),
         }
     }
 
@@ -507,6 +491,18 @@ impl ReplicaHost for Bridge {
                 }
             }
         })
+    }
+
+    /// A fresh replica takes the journal's fence over again before its first
+    /// acknowledgement, as Python's fresh replica does.
+    fn replica_made(&self, journal: &str) {
+        lock(&self.fences).remove(journal);
+    }
+
+    /// Forgets what was published of a journal no longer served here.
+    fn replica_gone(&self, journal: &str) {
+        lock(&self.index).remove(journal);
+        lock(&self.fences).remove(journal);
     }
 
     fn refresh_listing(&self, journal: &str) -> BoxFuture<()> {

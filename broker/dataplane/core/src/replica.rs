@@ -89,6 +89,14 @@ pub trait ReplicaHost: Send + Sync + 'static {
     /// completes once a listing started after this call was applied to the index
     /// (one that fails is retried: a store outage holds the answer back).
     fn refresh_listing(&self, journal: &str) -> BoxFuture<()>;
+
+    /// A fresh replica of `journal` starts (newly assigned, or replacing one that
+    /// was demoted, re-created or re-leased): what the host keeps per replica
+    /// starts afresh.
+    fn replica_made(&self, _journal: &str) {}
+
+    /// `journal` is no longer assigned here (its replica shuts down).
+    fn replica_gone(&self, _journal: &str) {}
 }
 
 /// A fragment a spool completed, as the persister takes it.

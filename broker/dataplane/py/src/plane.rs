@@ -85,8 +85,6 @@ pub struct Plane {
     replicas: Arc<ReplicaSet>,
     service: NativeService,
     max_message_size: usize,
-    // Replicas by journal as last updated: (primary, create revision, lease).
-    local: std::sync::Mutex<std::collections::HashMap<String, (bool, i64, i64)>>,
 }
 
 fn read_pem(path: Option<String>) -> PyResult<Option<Vec<u8>>> {
@@ -224,7 +222,6 @@ impl Plane {
             replicas,
             service,
             max_message_size,
-            local: Default::default(),
         })
     }
 
@@ -245,36 +242,21 @@ impl Plane {
         py: Python<'_>,
         assignments: Vec<(String, bool, i64, i64, Vec<(String, String)>)>,
     ) -> Vec<String> {
-        let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
-        let mut next = std::collections::HashMap::with_capacity(assignments.len());
-        let mut update = Vec::with_capacity(assignments.len());
-        for (journal, primary, create_revision, lease, members) in assignments {
-            let key = (primary, create_revision, lease);
-            match local.get(&journal) {
-                Some(prev)
-                    if *prev == key
-                        || (!prev.0 && primary && prev.1 == key.1 && prev.2 == key.2) => {}
-                _ => self.bridge.replica_replaced(&journal),
-            }
-            next.insert(journal.clone(), key);
-            update.push(LocalAssignment {
-                journal,
-                primary,
-                create_revision,
-                lease,
-                members: members
-                    .into_iter()
-                    .map(|(zone, suffix)| process_spec::Id { zone, suffix })
-                    .collect(),
-            });
-        }
-        for journal in local.keys() {
-            if !next.contains_key(journal) {
-                self.bridge.forget_journal(journal);
-            }
-        }
-        *local = next;
-        drop(local);
+        let update = assignments
+            .into_iter()
+            .map(
+                |(journal, primary, create_revision, lease, members)| LocalAssignment {
+                    journal,
+                    primary,
+                    create_revision,
+                    lease,
+                    members: members
+                        .into_iter()
+                        .map(|(zone, suffix)| process_spec::Id { zone, suffix })
+                        .collect(),
+                },
+            )
+            .collect();
         let replicas = self.replicas.clone();
         let runtime = self.runtime.clone();
         py.detach(move || {
@@ -343,11 +325,7 @@ impl Plane {
     /// Every replica rolls its spool soon, handing what it holds to the persister
     /// (the lease is in doubt).
     fn flush_all(&self) {
-        for journal in self.local.lock().unwrap_or_else(|e| e.into_inner()).keys() {
-            if let Some(rep) = self.replicas.get(journal) {
-                rep.request_flush();
-            }
-        }
+        self.replicas.request_flush_all();
     }
 
     /// How many replicas serve here.

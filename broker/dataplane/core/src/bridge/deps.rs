@@ -1,5 +1,6 @@
 //! [`AppendDeps`] of a running broker: what appends read of the bridge.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::sync::watch;
@@ -18,8 +19,10 @@ use crate::replica::BoxFuture;
 pub(super) type Raised = watch::Receiver<Option<Result<(), String>>>;
 
 /// The acknowledgement fence of one journal as its primary has it.
-#[derive(Default)]
 pub(super) struct Fence {
+    // Whose fence this is: a raise asked for by a replaced replica must not count
+    // for its successor, which takes the fence over afresh.
+    pub(super) generation: u64,
     // Acknowledgements may reach here without asking (-1: not owned yet).
     pub(super) covered: i64,
     // A raise under way: what it will cover, and its outcome for whoever waits.
@@ -139,10 +142,12 @@ impl AppendDeps for Bridge {
 
     fn cover_fence(&self, journal: &str, end: i64) -> Option<BoxFuture<Result<(), String>>> {
         let mut fences = lock(&self.fences);
-        let fence = fences.entry(journal.to_owned()).or_insert(Fence {
+        let fence = fences.entry(journal.to_owned()).or_insert_with(|| Fence {
+            generation: self.fence_generations.fetch_add(1, Ordering::Relaxed),
             covered: -1,
             raising: None,
         });
+        let generation = fence.generation;
         let covered = end <= fence.covered;
         // Raise ahead once half the step is used, so that an append never waits for
         // it unless appends outrun an etcd write by half a step.
@@ -165,7 +170,8 @@ impl AppendDeps for Bridge {
                 tokio::spawn(async move {
                     let outcome = asked.await;
                     let mut all = lock(&fences);
-                    if let Some(fence) = all.get_mut(&journal) {
+                    let ours = all.get_mut(&journal).filter(|f| f.generation == generation);
+                    if let Some(fence) = ours {
                         if let Ok(Some(now)) = &outcome {
                             fence.covered = fence.covered.max(*now);
                         }

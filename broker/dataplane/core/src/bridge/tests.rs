@@ -189,13 +189,47 @@ async fn the_fence_is_raised_once_per_step_and_ahead_of_the_appends_that_need_it
     assert_eq!(asked.lock().unwrap().len(), 2);
 
     // A replaced replica takes the fence over again before it acknowledges.
-    b.replica_replaced("a/journal");
+    b.replica_made("a/journal");
     b.cover_fence("a/journal", 200)
         .expect("must take it over")
         .await
         .unwrap();
     assert_eq!(asked.lock().unwrap()[2], 200);
     answering.abort();
+}
+
+#[tokio::test]
+async fn a_raise_asked_by_a_replaced_replica_does_not_cover_its_successor() {
+    let (b, _) = bridge();
+    let old = b.cover_fence("a/journal", 10).unwrap();
+    let events = b.drain();
+    let Event::Ask { id: old_id, .. } = &events[0] else {
+        panic!("{events:?}")
+    };
+    b.replica_made("a/journal");
+    let new = b
+        .cover_fence("a/journal", 20)
+        .expect("the successor takes it over");
+    // The old replica's raise ends now, reaching far: it is not the successor's.
+    b.answer(*old_id, Ok(Some(10 + FENCE_STEP)));
+    assert_eq!(old.await, Ok(()));
+    let events = b.drain();
+    let Event::Ask { id, ask } = &events[0] else {
+        panic!("{events:?}")
+    };
+    assert_eq!(
+        ask,
+        &Ask::CoverFence {
+            journal: "a/journal".into(),
+            end: 20
+        }
+    );
+    assert!(
+        b.cover_fence("a/journal", 30).is_some(),
+        "still not covered"
+    );
+    b.answer(*id, Ok(Some(20 + FENCE_STEP)));
+    assert_eq!(new.await, Ok(()));
 }
 
 #[tokio::test]
@@ -270,7 +304,7 @@ fn store_health_and_the_index_are_read_as_published() {
     };
     b.set_index("a/journal", summary);
     assert_eq!(b.index("a/journal"), summary);
-    b.forget_journal("a/journal");
+    b.replica_gone("a/journal");
     assert_eq!(b.index("a/journal"), IndexSummary::default());
 }
 

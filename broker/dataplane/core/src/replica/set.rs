@@ -125,6 +125,7 @@ impl ReplicaSet {
                     rep
                 }
                 None => {
+                    self.host.replica_made(&a.journal);
                     let rep = Replica::new(
                         &a.journal,
                         a.primary,
@@ -145,12 +146,21 @@ impl ReplicaSet {
             };
             state.replicas.insert(a.journal, (rep, a.members));
         }
-        for (rep, _) in prev.into_values() {
+        for (journal, (rep, _)) in prev {
             rep.stop();
+            self.host.replica_gone(&journal);
         }
         // Reap replicas that finished shutting down.
         while state.tasks.try_join_next().is_some() {}
         changed
+    }
+
+    /// Asks every replica to roll its spool soon, handing what it holds to the
+    /// persister (the broker's lease is in doubt).
+    pub fn request_flush_all(&self) {
+        for (rep, _) in lock(&self.state).replicas.values() {
+            rep.request_flush();
+        }
     }
 
     /// Stops every replica and makes none from now on; returns once each has shut

@@ -28,11 +28,16 @@ import datetime
 import logging
 import os
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gazette import allocator
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import cover_set, files, index, spool, stores
+from gazette.broker.protocol import dial
+from gazette.broker.server import config
+
+if TYPE_CHECKING:
+    from gazette.dataplane import Plane, SpoolHandle
 
 log = logging.getLogger(__name__)
 
@@ -40,41 +45,18 @@ log = logging.getLogger(__name__)
 PUBLISH_INTERVAL = 0.2
 
 
-class Plane(Protocol):
-    """What is used of ``gazette.dataplane.Plane``."""
-
-    def serve(self) -> None: ...
-    def update_local(
-        self, assignments: list[tuple[str, bool, int, int, list[tuple[str, str]]]]
-    ) -> list[str]: ...
-    def drain(self) -> list[tuple[Any, ...]]: ...
-    def answer(self, id: int, value: int | None = None, error: str | None = None) -> None: ...
-    def set_index(
-        self, journal: str, first_refresh_done: bool, begin: int, end: int, mod_time: int
-    ) -> None: ...
-    def set_store_health(self, url: str, failure: str | None = None) -> None: ...
-    def set_lease(self, valid_for: float | None, cut_off: str | None = None) -> None: ...
-    def flush_all(self) -> None: ...
-    def stop(self, timeout: float) -> None: ...
-    def close(self) -> None: ...
-
-
-class Handle(Protocol):
-    """A ``gazette.dataplane.SpoolHandle``."""
-
-    @property
-    def serial(self) -> int: ...
-    @property
-    def path(self) -> str | None: ...
-    @property
-    def record_path(self) -> str | None: ...
-    def dup(self) -> int: ...
-
-
 class Host(Protocol):
     """What the host needs of the broker's Service."""
 
     registry: stores.StoreRegistry
+
+    def publish_lease(self) -> None:
+        """Tell the plane how long the broker's lease is surely valid."""
+        ...
+
+    def served_stores(self) -> set[str]:
+        """The primary stores of the journals served here (appends check their health)."""
+        ...
 
     def local_index(self, journal: str) -> index.Index | None: ...
     def spool_complete(self, sp: spool.Spool, primary: bool, *, held: bool = False) -> None: ...
@@ -126,6 +108,40 @@ def local_assignments(
 
 class NativeHost:
     """Runs a :class:`Plane` for a broker's Service; see the module docstring."""
+
+    @classmethod
+    def for_broker(
+        cls,
+        bcfg: config.BrokerConfig,
+        front: dial.NativePort,
+        host: Host,
+        spool_config: spool.SpoolConfig,
+        peer_tls: dial.TLS,
+        lease_ttl: int,
+    ) -> NativeHost:
+        """The native data plane of a broker, serving on ``front``'s threads."""
+
+        def make(wake_fd: int) -> Plane:
+            return front.plane(
+                wake_fd,
+                spool_dir=spool_config.directory,
+                recoverable=spool_config.recoverable,
+                sync=spool_config.sync,
+                write_timeout=spool_config.write_timeout,
+                max_append_rate=bcfg.max_append_rate,
+                min_append_rate=bcfg.min_append_rate,
+                max_replication=bcfg.max_replication,
+                max_message_size=bcfg.max_grpc_recv_size,
+                # A gap must outlast any earlier member's lease (see head_gap).
+                recovery_delay=lease_ttl + 2.0,
+                resume_head_gaps=bcfg.resume_head_gaps,
+                auto_suspend=bcfg.auto_suspend,
+                peer_ca_file=peer_tls.ca_file or None,
+                peer_cert_file=peer_tls.cert_file or None,
+                peer_key_file=peer_tls.key_file or None,
+            )
+
+        return cls(make, host, spool_config)
 
     def __init__(
         self,
@@ -182,13 +198,17 @@ class NativeHost:
         begin, end, mod_time = idx.summary()
         self.plane.set_index(journal, idx.first_refresh_done, begin, end, mod_time)
 
-    def publish_store_health(self, registry: stores.StoreRegistry, urls: set[str]) -> None:
-        for url in urls:
-            _, err = registry.get(url).health_status()
-            self.plane.set_store_health(url, None if err is None else str(err))
-
     def publish_lease(self, valid_for: float | None, cut_off: str | None) -> None:
         self.plane.set_lease(valid_for, cut_off)
+
+    async def publish(self) -> None:
+        """Keep the lease and the served stores' health current in the plane."""
+        while True:
+            self.host.publish_lease()
+            for url in self.host.served_stores():
+                _, err = self.host.registry.get(url).health_status()
+                self.plane.set_store_health(url, None if err is None else str(err))
+            await asyncio.sleep(PUBLISH_INTERVAL)
 
     # -- The outbox ---------------------------------------------------------------------
 
@@ -218,7 +238,7 @@ class NativeHost:
             if idx is not None:
                 self.publish_index(journal, idx)
 
-    def _file(self, journal: str, handle: Handle | None) -> files.SpoolFile | None:
+    def _file(self, journal: str, handle: SpoolHandle | None) -> files.SpoolFile | None:
         if handle is None:
             return None
         known = self._files.get(journal)
@@ -228,7 +248,7 @@ class NativeHost:
         self._files[journal] = (handle.serial, f)
         return f
 
-    def _commit(self, journal: str, spec: bytes, handle: Handle | None) -> None:
+    def _commit(self, journal: str, spec: bytes, handle: SpoolHandle | None) -> None:
         idx = self.host.local_index(journal)
         if idx is None:
             return  # Not (or no longer) ours: its commits don't matter to reads here.
@@ -240,8 +260,8 @@ class NativeHost:
         self,
         journal: str,
         spec: bytes,
-        handle: Handle | None,
-        compressed: Handle | None,
+        handle: SpoolHandle | None,
+        compressed: SpoolHandle | None,
         compressed_length: int,
         confirmed_end: int,
         continued: bool,

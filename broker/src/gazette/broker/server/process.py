@@ -336,7 +336,9 @@ async def serve(
                 fences=fence_keeper,
             )
             if bcfg.native_appends:
-                native_host = _native_host(bcfg, front, svc, spool_config, peer_tls, lease_ttl)
+                native_host = native.NativeHost.for_broker(
+                    bcfg, front, svc, spool_config, peer_tls, lease_ttl
+                )
                 svc.native = native_host
                 svc.publish_lease()
                 # Replicas before routes: a journal that resolves here finds its replica.
@@ -344,7 +346,7 @@ async def serve(
                 publisher.before_publish = lambda: native_host.update_local(observed.state)
                 native_host.start()
                 publishing = tg.create_task(
-                    _publish_native(svc, native_host), name="native data plane publisher"
+                    native_host.publish(), name="native data plane publisher"
                 )
             persister_task = tg.create_task(pers.serve(), name="persister")
             replicas_task = tg.create_task(svc.run(), name="replicas")
@@ -431,51 +433,6 @@ async def serve(
 
 def _remaining(seconds: float) -> float | None:
     return seconds if seconds > 0 else None
-
-
-def _native_host(
-    bcfg: config.BrokerConfig,
-    front: dial.NativePort,
-    svc: service.Service,
-    spool_config: spool.SpoolConfig,
-    peer_tls: dial.TLS,
-    lease_ttl: int,
-) -> native.NativeHost:
-    """The native data plane of this broker, serving on ``front``'s threads."""
-
-    def make(wake_fd: int) -> native.Plane:
-        return front.plane(
-            wake_fd,
-            spool_dir=spool_config.directory,
-            recoverable=spool_config.recoverable,
-            sync=spool_config.sync,
-            write_timeout=spool_config.write_timeout,
-            max_append_rate=bcfg.max_append_rate,
-            min_append_rate=bcfg.min_append_rate,
-            max_replication=bcfg.max_replication,
-            max_message_size=bcfg.max_grpc_recv_size,
-            recovery_delay=lease_ttl + 2.0,
-            resume_head_gaps=bcfg.resume_head_gaps,
-            auto_suspend=bcfg.auto_suspend,
-            peer_ca_file=peer_tls.ca_file or None,
-            peer_cert_file=peer_tls.cert_file or None,
-            peer_key_file=peer_tls.key_file or None,
-        )
-
-    return native.NativeHost(make, svc, spool_config)
-
-
-async def _publish_native(svc: service.Service, host: native.NativeHost) -> None:
-    """Keep the lease and the stores' health current in the data plane."""
-    while True:
-        svc.publish_lease()
-        urls: set[str] = set()
-        for rep in svc.replicas.all():
-            spec = svc.lookup_spec(rep.journal)
-            if spec is not None:
-                urls.update(spec.fragment.stores[:1])
-        host.publish_store_health(svc.registry, urls)
-        await asyncio.sleep(native.PUBLISH_INTERVAL)
 
 
 def _isolation(

@@ -538,6 +538,14 @@ class Service:
 
     # -- native.Host --------------------------------------------------------------------
 
+    def served_stores(self) -> set[str]:
+        urls: set[str] = set()
+        for rep in self.replicas.all():
+            spec = self.lookup_spec(rep.journal)
+            if spec is not None:
+                urls.update(spec.fragment.stores[:1])
+        return urls
+
     def local_index(self, journal: str) -> index.Index | None:
         rep = self.replicas.get(journal)
         return None if rep is None else rep.index
@@ -549,20 +557,17 @@ class Service:
 
     async def answer_ask(self, kind: str, journal: str, a: int, b: int, extra: Any) -> int | None:
         """Answers an ask of the native data plane (see the crate's ``bridge.Ask``)."""
-        if kind == "update_assignments":
+        if kind in ("update_assignments", "update_journal_spec"):
+            # As read through the revision the append resolved at, or later.
             await self.observed.ks.wait_for_revision(a)
             state = self.observed.state
             i = state.find_item(journal)
             if i == -1:
                 return 0
-            return await self._write_route(state.assignments_of(i))
-        if kind == "update_journal_spec":
-            await self.observed.ks.wait_for_revision(a)
-            state = self.observed.state
-            i = state.find_item(journal)
-            if i == -1:
-                return 0
-            item, assignments = state.items[i], state.assignments_of(i)
+            assignments = state.assignments_of(i)
+            if kind == "update_assignments":
+                return await self._write_route(assignments)
+            item = state.items[i]
             if max([item.mod_revision, *(kv.mod_revision for kv in assignments)]) > a:
                 return 0  # Changed since the append read it: it resolves again.
             cmps = [txn.mod_revision_is(item.key, item.mod_revision)]
