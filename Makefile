@@ -164,7 +164,7 @@ test: $(VENV)/.installed ## What CI runs: lint, the tools (built once), then uni
 	@$(MAKE) -s lint
 	@$(MAKE) -s tools
 	@$(MAKE) -s native-test
-	$(PY) -m pytest -q -m "not e2e" -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -m "not e2e" -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 .PHONY: native-test
 native-test: ## The native data plane's own tests (cargo test, broker/dataplane).

@@ -14,7 +14,11 @@ alive for the whole run and driven alternately by the same load generators:
   Go's binaries) and with ours (``python -m bench.bench_go loadgen seq``);
 - append-ack latency p50/p99/p99.9 of 1 KiB records handed to an append
   service at fixed rates (1, 5, 20 MB/s by default), RF3, each side's generator
-  on its own brokers.
+  on its own brokers;
+- the sequential appends with Go's client on our brokers again, once as they
+  are and once while a Python thread in each of them holds the GIL (see
+  ``bench/gil/sitecustomize.py``): the data plane never waits for Python, so
+  its latencies should not move.
 
 Every generator is its own process, pointed at the journal's primary. Each row
 prints both figures and ours/Go as a speed ratio (> 1.0 is ours ahead; for
@@ -27,7 +31,7 @@ latencies, Go's over ours). Sizes come from the environment:
 - ``BENCH_GO_RATES`` ("1,5,20"): MB/s of the fixed-rate runs;
 - ``BENCH_GO_RATE_SECONDS`` (4): measured seconds of each (after 1 s unmeasured);
 - ``BENCH_GO_REPEAT`` (2): rounds of each bulk row, alternating sides (best counts);
-- ``BENCH_GO_ROWS`` ("bulk,gazctl,oneshot,seq,rate"): the sections to run.
+- ``BENCH_GO_ROWS`` ("bulk,gazctl,oneshot,seq,rate,gil"): the sections to run.
 
 Run with ``make bench-go`` (builds Go's binaries first, a few minutes once;
 needs ``go`` and a C compiler) or ``python -m bench go``.
@@ -53,6 +57,8 @@ from typing import Any
 
 MIB = 1 << 20
 RECORD = 1024
+#: The folder whose ``sitecustomize`` holds our brokers' GIL on demand (the "gil" rows).
+GIL_HOLDER = pathlib.Path(__file__).resolve().parent / "gil"
 #: Rounds of each bulk row (``BENCH_GO_REPEAT``); each side's best counts.
 REPEAT = int(os.environ.get("BENCH_GO_REPEAT", "2"))
 #: Bounds every generator process.
@@ -316,6 +322,32 @@ def _seq_rows(bins: pathlib.Path, sides: dict[str, _Side], count: int) -> list[s
     ]  # fmt: skip
 
 
+def _gil_rows(bins: pathlib.Path, ours: _Side, count: int, switch: pathlib.Path) -> list[str]:
+    """Go's sequential appends on our brokers, as they are and with their GIL held."""
+    journal = "bench/seq-go-client"
+    argv = [str(bins / "gazette-loadgen"), "seq", "--count", str(count)]
+    argv += ["--broker", ours.primary(journal), "--journal", journal]
+    free = _json_run(argv)
+    switch.touch()
+    try:
+        time.sleep(0.5)  # Every holder thread polls the switch every 50 ms.
+        held = _json_run(argv)
+    finally:
+        switch.unlink()
+
+    def desc(r: dict[str, Any]) -> str:
+        lat = r["latencies_us"]
+        rate = r["count"] / r["seconds"]
+        return f"{rate:7.0f}/s (p50 {_pct(lat, 50):5.2f} ms, p99 {_pct(lat, 99):5.2f} ms)"
+
+    p99_free, p99_held = _pct(free["latencies_us"], 99), _pct(held["latencies_us"], 99)
+    return [
+        f"  {count} sequential 1 KiB appends, RF3, Go client library on our brokers:",
+        f"  {'  GIL held by a Python thread vs not':<44} {desc(held)} vs {desc(free)}   "
+        f"p99 {_ratio(p99_free, p99_held)}  (held 5 ms at a time in each broker)",
+    ]
+
+
 def _raw_floor(count: int) -> dict[str, Any]:
     """Python's grpc.aio alone: bare 3-message Append streams to a server that only answers.
 
@@ -380,8 +412,9 @@ def _bench(bins: pathlib.Path, work: pathlib.Path) -> None:
     oneshot = _env_int("BENCH_GO_ONESHOT", 7)
     rates = [float(r) for r in os.environ.get("BENCH_GO_RATES", "1,5,20").split(",") if r]
     rate_seconds = float(os.environ.get("BENCH_GO_RATE_SECONDS", "4"))
-    only = os.environ.get("BENCH_GO_ROWS", "bulk,gazctl,oneshot,seq,rate").split(",")
+    only = os.environ.get("BENCH_GO_ROWS", "bulk,gazctl,oneshot,seq,rate,gil").split(",")
     zones = ("zone-a", "zone-b", "zone-c")
+    gil_switch = work / "hold-gil"  # While it exists, our brokers' GIL is held.
 
     # Base64 text: compressible as logs are, and the same file for every append.
     data = work / "data.b64"
@@ -410,6 +443,12 @@ def _bench(bins: pathlib.Path, work: pathlib.Path) -> None:
                 etcd_prefix="/gazette/ours",
                 lease="10s",
                 log_level="warn",
+                env={
+                    "PYTHONPATH": os.pathsep.join(
+                        p for p in (str(GIL_HOLDER), os.environ.get("PYTHONPATH")) if p
+                    ),
+                    "BENCH_GIL_SWITCH": str(gil_switch),
+                },
             ) as cluster,
             go_brokers[0],
             go_brokers[1],
@@ -443,6 +482,7 @@ def _bench(bins: pathlib.Path, work: pathlib.Path) -> None:
                 "oneshot": lambda: _oneshot_rows(bins, sides, oneshot),
                 "seq": lambda: _seq_rows(bins, sides, seq),
                 "rate": lambda: _rate_rows(bins, sides, rates, rate_seconds),
+                "gil": lambda: _gil_rows(bins, ours, seq, gil_switch),
             }
             for name, rows in sections.items():
                 if name in only:
@@ -452,23 +492,15 @@ def _bench(bins: pathlib.Path, work: pathlib.Path) -> None:
 
 
 LIMITS = """\
-  what limits the small-record rows (cProfile of each process over 1,000 sequential RF3
-  appends, our client on our brokers; counts are per append and don't depend on load):
-  - every gRPC operation of grpc.aio (a message written or read, a call started or
-    half-closed, a status) completes on grpc's poller thread and reaches the event loop
-    through a wake-up: a loop turn and tens of microseconds in grpc's Cython layer each.
-    An RF3 append is ~7 such operations at the client, ~14 at the primary (3 client
-    messages, 2x2 Replicate messages, 2 acks, the response) and ~4 at each replica.
-    The floor row above is grpc.aio alone, one hop, nothing stored: below Go's whole
-    RF3 path, so no Python broker behind grpc.aio reaches 1.0x on sequential appends.
-  - the primary runs ~1,680 Python calls, 36 loop turns, 7 tasks and 4 asyncio.wait per
-    append (it was 2,195 / 44 / 14 / 10: resolving and the index/store checks no longer
-    race tasks when nothing can wait); each replica 253 calls and 6 turns; our client
-    764 calls (834 before its stubs were kept per channel) and 17 turns.
-  - CPU per append on this 2-core machine: client ~1.2 ms, primary ~2.4 ms, replicas
-    ~0.7 ms each, all in one thread per process: appends at a fixed rate queue behind the
-    one append in flight per journal (AppendService, as Go's), so ack latency is about
-    1.5 such round trips plus the time the batch waits for a core.
+  what limits the small-record rows:
+  - our brokers serve Append and Replicate in the native data plane (Rust, tonic): the
+    rows with Go's client library measure it, and the "gil" row checks that no append
+    waits for the broker's Python.
+  - our client library is still grpc.aio: every gRPC operation (a message written or
+    read, a call started or half-closed, a status) completes on grpc's poller thread and
+    reaches the event loop through a wake-up, a loop turn and tens of microseconds in
+    grpc's Cython layer each, ~7 per RF3 append; the floor row, grpc.aio alone with
+    nothing stored, is what any client of it reaches at best.
   - one-shot gazctl: Python's start (~12 ms) and imports: click, asyncio, grpc.aio,
     protobuf and the protocol stubs, the client (~100 ms on an idle machine); commands
     import only their own modules, and a one-shot process skips prometheus_client."""

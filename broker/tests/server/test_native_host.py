@@ -1,7 +1,7 @@
 """NativeHost: the Python side of the native data plane, against a fake plane.
 
 The plane itself (Rust) is tested by ``cargo test`` (its ``bridge`` module) and, in a
-running broker, by every broker suite with ``--broker.native-appends``; here, what
+running broker, by every broker suite; here, what
 the host does with what the plane hands it: commits into the index, completed
 fragments to the persister, asks answered.
 """
@@ -17,7 +17,7 @@ import pytest
 
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import index, spool, stores
-from gazette.broker.server import native
+from gazette.broker.server import metrics, native
 
 
 class FakeHandle:
@@ -111,6 +111,9 @@ class FakeHost:
     def local_index(self, journal: str) -> index.Index | None:
         return self.idx if journal == "a/journal" else None
 
+    def primary_here(self, journal: str) -> bool:
+        return journal == "a/journal"
+
     def spool_complete(self, sp: spool.Spool, primary: bool, *, held: bool = False) -> None:
         self.completed.append((sp, primary, held))
 
@@ -156,6 +159,8 @@ async def test_commits_reach_the_index_through_one_descriptor_per_file(hosted: A
     plane.send(("commit", "a/journal", fragment(0, 11), h))
     await settle(lambda: host.idx.end_offset() == 11)
     assert h.dups == 1  # The same file: the descriptor is reused.
+    # The primary's write head, as Gazette's gauge has it.
+    assert metrics.write_head.labels("a/journal")._value.get() == 11
     _, f = await host.idx.query(pb.ReadRequest(journal="a/journal", offset=6))
     assert f is not None and f.pread(5, 6) == b"world"
     # Commits of journals no longer here are dropped.

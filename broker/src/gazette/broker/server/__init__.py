@@ -2,25 +2,22 @@
 
 A broker process announces itself in etcd, runs the allocator, keeps a
 *replica* for each journal assigned to it, and serves the seven RPCs of
-``protocol.Journal``. Appends run through :mod:`append_fsm`, an explicit state
-machine that synchronises a replication :mod:`pipeline` (Replicate streams to
-every peer) before streaming content; :mod:`flow_control` bounds append rates.
+``protocol.Journal`` through a native front door. Appends, replication, spools
+and flow control run in the Rust data plane (``broker/dataplane``), which
+:mod:`native` connects to this control plane; the other RPCs are served here.
 
 Modules:
 
 * :mod:`config` — flags / environment of ``python -m gazette.broker`` (frozen dataclasses).
 * :mod:`errors` — the error hierarchy and its single mapping to gRPC outcomes.
-* :mod:`flow_control` — minimum / maximum append rates.
-* :mod:`append_fsm` — the append state machine, which runs its own loop
-  (``AppendFSM.run``); :mod:`append_state` holds its states, constants and
-  ``Deps``, and :mod:`append_content` its content phase.
-* :mod:`pipeline` — a primary's Replicate streams to its peers.
+* :mod:`native` — the data plane's host: what it publishes to the plane, the
+  plane's outbox (completed fragments, asks) it drains.
 * :mod:`resolver` — journal -> route, status, local replica, invalidation.
-* :mod:`replica` — per-journal spool / pipeline slots; index refresh, pulse and
-  flush daemons; recovery of a journal whose unpersisted tail was lost.
+* :mod:`replica` — per-journal fragment index, its refresh daemon, and the
+  primary's acknowledgement fence (:mod:`fences`).
 * :mod:`service` — the Service: wiring of replicas, resolution, peers and the
-  FSM's collaborators.
-* :mod:`api` — the gRPC edge and the data RPCs (Append, Replicate, Read);
+  answers to the data plane's asks.
+* :mod:`api` — the gRPC edge and Read;
   :mod:`metadata_api` — List, Apply, ListFragments, FragmentStoreHealth;
   :mod:`read_api` — a local Read's content from spools and stores, in large
   chunks read one ahead in worker threads.
@@ -40,12 +37,10 @@ Usage::
 
 from gazette.broker.server import (
     api,
-    append_fsm,
     config,
     errors,
-    flow_control,
     metrics,
-    pipeline,
+    native,
     process,
     replica,
     resolver,
@@ -54,12 +49,10 @@ from gazette.broker.server import (
 
 __all__ = [
     "api",
-    "append_fsm",
     "config",
     "errors",
-    "flow_control",
     "metrics",
-    "pipeline",
+    "native",
     "process",
     "replica",
     "resolver",

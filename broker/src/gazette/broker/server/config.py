@@ -115,9 +115,6 @@ class BrokerConfig:
     #: ``--broker.resume-head-gaps`` (ours): resume a journal whose persisted fragments
     #: end beyond every spool of its route at that end, after a lease, on its own.
     resume_head_gaps: bool = True
-    #: ``--broker.native-appends`` (ours): Append and Replicate served by the native
-    #: data plane (``gazette.broker.server.native``).
-    native_appends: bool = False
     http_body_timeout_s: float = 30.0
     #: ``--broker.auth-keys``: base64 HMAC keys, the first signs (see
     #: ``gazette.broker.protocol.auth``); empty: no authorization. Kept out of reprs.
@@ -556,16 +553,6 @@ _FLAGS: tuple[Flag, ...] = (
         "is handed out twice (a journal with no fence goes on at its persisted end: in a "
         "cluster mixing Gazette's brokers, which keep none, turn this off). Off: every such journal refuses appends with INDEX_HAS_GREATER_OFFSET, as "
         "Gazette's do, until `gazctl journals reset-head`",
-    ),
-    (
-        "--broker.native-appends",
-        "BROKER_NATIVE_APPENDS",
-        "broker.native_appends",
-        parse_bool,
-        False,
-        "Serve Append and Replicate in the native data plane (Rust, on its own threads: "
-        "spools, pipelines and flow control never wait for the Python control plane); "
-        "off: the Python broker serves them",
     ),
     *ETCD_CONNECTION_FLAGS,
     (

@@ -13,7 +13,7 @@ offset no acknowledgement reaches past. It raises the fence (by
 :data:`FENCE_STEP` past the append's end, so once in many appends) before it
 answers an append that ends beyond it, and it first takes the fence over, with
 its own owner name, before its first answer (so an earlier owner can't lower
-it, see below). A head gap (Replica.head_recovery_ready) then resumes the
+it, see below). A head gap (the data plane's ``replica/head_gap.rs``) then resumes the
 journal at the persisted end or at the fence, whichever is further: offsets
 in between that were acknowledged are lost with the disks that held them, but
 none is acknowledged twice. A journal with no fence (never written by our

@@ -43,8 +43,10 @@ from gazette.broker.server import metrics, replica
 log = logging.getLogger(__name__)
 
 INTERVAL = 10.0
-# A listing must have started this long after a tail was kept aside to decide it.
-DELAY = 2 * replica.DOUBT_DELAY
+# A listing must have started this long after a tail was kept aside to decide it:
+# twice the data plane's wait before it stores a doubtful held tail (its
+# replica.rs DOUBT_DELAY, 5 s), so that another member's copy had time to land.
+DELAY = 10.0
 WINDOW = 3600.0
 # Journals this broker does not serve are listed at most this often.
 DIRECT_INTERVAL = 60.0

@@ -1,7 +1,7 @@
 """The Python side of the native data plane (``gazette.dataplane.Plane``).
 
-With ``--broker.native-appends`` the broker's Append and Replicate RPCs, its
-spools, pipelines and flow control run in the Rust data plane, on its own threads;
+The broker's Append and Replicate RPCs, its spools, pipelines, flow control and
+pulses run in the Rust data plane, on its own threads;
 this module is what the plane needs of the Python control plane, and it is never on
 the path of an acknowledgement:
 
@@ -34,7 +34,7 @@ from gazette import allocator
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import cover_set, files, index, spool, stores
 from gazette.broker.protocol import dial
-from gazette.broker.server import config
+from gazette.broker.server import config, metrics
 
 if TYPE_CHECKING:
     from gazette.dataplane import Plane, SpoolHandle
@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 
 # How often the lease and store health are published while nothing else tells.
 PUBLISH_INTERVAL = 0.2
+# How long the plane's replicas get on shutdown to close their pipelines and hand
+# their last fragments to the persister.
+STOP_TIMEOUT = 20.0
 
 
 class Host(Protocol):
@@ -59,6 +62,10 @@ class Host(Protocol):
         ...
 
     def local_index(self, journal: str) -> index.Index | None: ...
+    def primary_here(self, journal: str) -> bool:
+        """Whether this broker is the journal's primary (its gauges are the primary's)."""
+        ...
+
     def spool_complete(self, sp: spool.Spool, primary: bool, *, held: bool = False) -> None: ...
     async def answer_ask(self, kind: str, journal: str, a: int, b: int, extra: Any) -> int | None:
         """Python's answer to an ask of the plane (see the crate's ``bridge.Ask``)."""
@@ -252,9 +259,10 @@ class NativeHost:
         idx = self.host.local_index(journal)
         if idx is None:
             return  # Not (or no longer) ours: its commits don't matter to reads here.
-        idx.spool_commit(
-            cover_set.Fragment(pb.Fragment.FromString(spec), self._file(journal, handle))
-        )
+        fragment = pb.Fragment.FromString(spec)
+        if self.host.primary_here(journal):
+            metrics.write_head.labels(journal).set(fragment.end)
+        idx.spool_commit(cover_set.Fragment(fragment, self._file(journal, handle)))
 
     def _complete(
         self,

@@ -63,12 +63,10 @@ from gazette.broker.server import (
     api,
     config,
     fences,
-    flow_control,
     isolation,
     keyreload,
     metrics,
     native,
-    replica,
     service,
     topology,
 )
@@ -317,17 +315,8 @@ async def serve(
                 registry,
                 pers,
                 service.ServiceConfig(
-                    max_replication=bcfg.max_replication,
-                    flow_limits=flow_control.FlowLimits(
-                        max_append_rate=bcfg.max_append_rate,
-                        min_append_rate=bcfg.min_append_rate,
-                    ),
-                    auto_suspend=bcfg.auto_suspend,
                     spool=spool_config,
                     max_message_size=bcfg.max_grpc_recv_size,
-                    # A gap must outlast any earlier member's lease: see head_recovery_ready.
-                    recovery_delay=lease_ttl + 2.0,
-                    resume_head_gaps=bcfg.resume_head_gaps,
                     peer_tls=peer_tls,
                 ),
                 lease_valid=lambda: session.lease.valid(loop.time()),
@@ -335,19 +324,17 @@ async def serve(
                 authorization=keys,
                 fences=fence_keeper,
             )
-            if bcfg.native_appends:
-                native_host = native.NativeHost.for_broker(
-                    bcfg, front, svc, spool_config, peer_tls, lease_ttl
-                )
-                svc.native = native_host
-                svc.publish_lease()
-                # Replicas before routes: a journal that resolves here finds its replica.
-                native_host.update_local(observed.state)
-                publisher.before_publish = lambda: native_host.update_local(observed.state)
-                native_host.start()
-                publishing = tg.create_task(
-                    native_host.publish(), name="native data plane publisher"
-                )
+            # The data plane serves Append and Replicate; we answer what it asks.
+            plane_host = native.NativeHost.for_broker(
+                bcfg, front, svc, spool_config, peer_tls, lease_ttl
+            )
+            native_host = svc.native = plane_host
+            svc.publish_lease()
+            # Replicas before routes: a journal that resolves here finds its replica.
+            plane_host.update_local(observed.state)
+            publisher.before_publish = lambda: plane_host.update_local(observed.state)
+            plane_host.start()
+            publishing = tg.create_task(plane_host.publish(), name="native data plane publisher")
             persister_task = tg.create_task(pers.serve(), name="persister")
             replicas_task = tg.create_task(svc.run(), name="replicas")
             pb2_grpc.add_JournalServicer_to_server(api.JournalServicer(svc), server)
@@ -393,9 +380,8 @@ async def serve(
 
             svc.stop_replicas()
             front.topology.stop_serving_local_replicas()
-            if native_host is not None:
-                publishing.cancel()
-                await native_host.stop(replica.SHUTDOWN_PIPELINE_TIMEOUT * 2)
+            publishing.cancel()
+            await plane_host.stop(native.STOP_TIMEOUT)
             await front.stop(GRACEFUL_STOP_TIMEOUT)
             await server.stop(GRACEFUL_STOP_TIMEOUT)
             await replicas_task

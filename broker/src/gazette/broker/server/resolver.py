@@ -61,7 +61,7 @@ class LocalReplicas(Protocol):
 
 @dataclasses.dataclass
 class Resolution:
-    """Outcome of resolving a journal (the append FSM's ``Resolution``)."""
+    """Outcome of resolving a journal (Gazette's ``resolution``, ``broker/resolver.go``)."""
 
     status: int
     header: pb.Header

@@ -1,14 +1,14 @@
-"""The broker Service: local replicas, resolution, and what the append FSM needs.
+"""The broker Service: the control plane's side of local replicas.
 
-The Service is the runtime core of a broker process (Gazette
+The Service is the Python core of a broker process (Gazette
 ``broker/service.go``): it keeps a :class:`~gazette.broker.server.replica.Replica`
 per locally assigned journal (a :class:`~gazette.broker.server.replica.ReplicaSet`
-observing the KeySpace), resolves journals, dials peers, and implements the
-collaborators of :class:`~gazette.broker.server.append_fsm.AppendFSM`
-(:class:`~gazette.broker.server.append_state.Deps`): pipelines, the assignment
-and suspension transactions, fragment rolls and store health. It is wiring:
-the FSM runs its own loop (``AppendFSM.run``), for Append RPCs and for the
-pulses of replicas.
+observing the KeySpace) for the fragment index its reads and listings use,
+resolves journals for the RPCs served in Python, dials peers for the calls it
+proxies, and answers what the native data plane asks of the control plane
+(:meth:`Service.answer_ask`: etcd transactions, store listings, fences, store
+health). Appends, replication, spools and pulses run in the data plane
+(:mod:`gazette.broker.server.native`).
 
 The gRPC surface lives in :mod:`gazette.broker.server.api`.
 """
@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,12 +33,9 @@ from gazette.broker.fragment import index, persister, spool, stores
 from gazette.broker.protocol import auth, dial
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 from gazette.broker.server import (
-    append_fsm,
     errors,
-    flow_control,
     isolation,
     mend,
-    pipeline,
     replica,
     resolver,
 )
@@ -50,44 +46,27 @@ from gazette.broker.server import (
 
 log = logging.getLogger(__name__)
 
-# Pulses of non-primaries, deleted and suspended journals end at resolution.
-_PULSE_EXPECTED_STATUSES = (
-    pb.NOT_JOURNAL_PRIMARY_BROKER,
-    pb.NO_JOURNAL_PRIMARY_BROKER,
-    pb.JOURNAL_NOT_FOUND,
-    pb.SUSPENDED,
-)
+# How long calls under way on a forgotten peer channel keep it (see Peers.forget).
+FORGOTTEN_CHANNEL_GRACE = 10.0
+# How many more health checks of an unhealthy store an append waits for before it
+# is refused FRAGMENT_STORE_UNHEALTHY (6 completions in all, as Gazette's ``broker/append_fsm.go``).
+STORE_HEALTH_CHECK_RETRIES = 5
 
 
 @dataclasses.dataclass(frozen=True)
 class ServiceConfig:
     """Settings of the Service (from ``--broker.*`` flags)."""
 
-    max_replication: int = 9
-    flow_limits: flow_control.FlowLimits = dataclasses.field(
-        default_factory=flow_control.FlowLimits
-    )
-    auto_suspend: bool = False
     spool: spool.SpoolConfig = dataclasses.field(default_factory=spool.SpoolConfig)
-    pulse_interval: float = replica.PULSE_INTERVAL
-    max_message_size: int = 4 << 20
-    recovery_delay: float = replica.DEFAULT_RECOVERY_DELAY
-    """Seconds a journal's spools must trail its persisted fragments before it resumes
-    at their end (see Replica.head_recovery_ready); at least the member lease."""
-    resume_head_gaps: bool = True
-    """Whether such a journal resumes at all without `gazctl journals reset-head`."""
     peer_tls: dial.TLS = dataclasses.field(default_factory=dial.TLS)
     """Our side of TLS to peers with ``https://`` endpoints (``--broker.peer-*-file``)."""
-    native: bool = False
-    """Appends and replication run in the native data plane (``--broker.native-appends``):
-    replicas here keep only the fragment index (see gazette.broker.server.native)."""
 
 
 class Peers:
     """gRPC channels to other brokers, one per endpoint, dialed on first use."""
 
     def __init__(self, max_message_size: int = 4 << 20, tls: dial.TLS | None = None) -> None:
-        # Replicate requests carry an append's chunks plus a few bytes of framing.
+        # Proxied reads carry content chunks plus a few bytes of framing.
         self._dial = dial.DialConfig(
             max_message_size=max_message_size + (64 << 10), tls=tls or dial.TLS()
         )
@@ -106,11 +85,11 @@ class Peers:
     def forget(self, endpoint: str) -> None:
         """Dial ``endpoint`` afresh from now on (its connection went quiet: see
         gazette.broker.server.isolation). Calls under way on the old channel keep
-        it for up to REPLICATION_TIMEOUT, then it closes."""
+        it for up to :data:`FORGOTTEN_CHANNEL_GRACE`, then it closes."""
         ch = self._channels.pop(endpoint, None)
         if ch is not None:
             task = asyncio.get_running_loop().create_task(
-                ch.close(grace=pipeline.REPLICATION_TIMEOUT), name=f"close channel {endpoint}"
+                ch.close(grace=FORGOTTEN_CHANNEL_GRACE), name=f"close channel {endpoint}"
             )
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
@@ -167,7 +146,6 @@ class Service:
         persister_: persister.Persister,
         config: ServiceConfig = ServiceConfig(),
         *,
-        clock: Callable[[], float] = time.time,
         lease_valid: Callable[[], bool] = lambda: True,
         lease_remaining: Callable[[], float | None] = lambda: None,
         authorization: auth.ServerAuth | None = None,
@@ -187,7 +165,6 @@ class Service:
         self.registry = registry
         self.persister = persister_
         self.config = config
-        self.clock = clock
         self.replicas = replica.ReplicaSet(observed, self._new_replica)
         self.resolver = resolver.Resolver(observed, self.replicas)
         self.peers = Peers(config.max_message_size, config.peer_tls)
@@ -221,11 +198,6 @@ class Service:
             self,
             primary=primary,
             create_revision=create_revision,
-            spool_config=self.config.spool,
-            pulse_interval=self.config.pulse_interval,
-            recovery_delay=self.config.recovery_delay,
-            resume_head_gaps=self.config.resume_head_gaps,
-            native=self.native is not None,
         )
 
     async def run(self) -> None:
@@ -262,14 +234,13 @@ class Service:
     def persist_all_now(self) -> None:
         """Store everything this broker holds without delay (its lease is in doubt).
 
-        Every local replica rolls its spool once no pipeline holds it, and
-        completed replica copies upload at once rather than after their delay.
+        Every local replica of the data plane rolls its spool once no append
+        holds it, and completed replica copies upload at once rather than after
+        their delay.
         """
         self.persister.hurry()
         if self.native is not None:
             self.native.plane.flush_all()
-        for rep in self.replicas.all():
-            rep.request_flush()
 
     async def probe_peer(self, endpoint: str) -> None:
         """A trivial List of the peer at ``endpoint`` (see isolation): raises unless it answers."""
@@ -296,11 +267,6 @@ class Service:
             m = kv.decoded
             out.append((f"{m.zone}#{m.suffix}", m.spec.process_spec.endpoint))
         return out
-
-    def check_lease(self) -> None:
-        """Raise LeaseInDoubt unless our lease is surely valid (writes need it)."""
-        if not self.lease_valid():
-            raise errors.LeaseInDoubt() if self.cut_off is None else errors.CutOff(self.cut_off)
 
     def check_reachable(self) -> None:
         """Raise CutOff if no peer answers us (before proxying a call to one)."""
@@ -337,33 +303,7 @@ class Service:
     def spool_complete(self, sp: spool.Spool, primary: bool, *, held: bool = False) -> None:
         self.persister.spool_complete(sp, primary, held=held)
 
-    async def pulse(self, rep: replica.Replica, stable_ticks: int) -> asyncio.Event | None:
-        suspend = pb.AppendRequest.SUSPEND_NO_RESUME
-        if self.config.auto_suspend and stable_ticks >= replica.AUTO_SUSPEND_STABLE_TICKS:
-            suspend = pb.AppendRequest.SUSPEND_IF_FLUSHED
-        fsm = append_fsm.AppendFSM(
-            self,
-            pb.AppendRequest(journal=rep.journal, do_not_proxy=True, suspend=suspend),
-            clock=self.clock,
-        )
-        await fsm.run(None, give_up_after=self.config.pulse_interval)
-        res = fsm.resolved
-        expected = res is not None and res.status in _PULSE_EXPECTED_STATUSES
-        expected = expected or isinstance(fsm.err, errors.Cancelled | errors.ResolutionError)
-        if fsm.state != append_fsm.State.FINISHED and not expected:
-            log.warning(
-                "journal pulse of %s failed (will retry): status %s, %s",
-                rep.journal,
-                pb.enum_text(pb.Status, res.status) if res is not None else "-",
-                fsm.err,
-            )
-        return res.invalidated if res is not None else None
-
-    # -- append_fsm.Deps ----------------------------------------------------------------
-
-    @property
-    def flow_limits(self) -> flow_control.FlowLimits:
-        return self.config.flow_limits
+    # -- Resolution ---------------------------------------------------------------------
 
     async def resolve(
         self,
@@ -375,8 +315,6 @@ class Service:
         proxy_header: pb.Header | None = None,
         authorized: Callable[[pb.JournalSpec], bool] | None = None,
     ) -> resolver.Resolution:
-        if require_primary:
-            self.check_lease()  # Appends: an earlier primary must not fork the journal.
         return await self.resolver.resolve(
             journal,
             may_proxy=may_proxy,
@@ -385,20 +323,6 @@ class Service:
             proxy_header=proxy_header,
             authorized=authorized,
         )
-
-    def new_pipeline(self, resolution: resolver.Resolution, spool_: object) -> pipeline.Pipeline:
-        rep = resolution.replica
-        assert rep is not None
-        header = pb.Header()
-        header.CopyFrom(resolution.header)
-        rep.pipeline = pipeline.Pipeline(
-            header,
-            spool_,
-            rep.spool_slot.put_nowait,
-            lambda _member, endpoint: self.peers.stub(endpoint),
-            self.peer_metadata(auth.Capability.REPLICATE, rep.journal),
-        )
-        return rep.pipeline
 
     def new_fence(self, journal: str) -> fences_.JournalFence:
         local = self.local_id()
@@ -418,10 +342,6 @@ class Service:
     async def skipped_ranges(self, journal: str) -> tuple[tuple[int, int], ...]:
         return await self.fences.skipped(journal)
 
-    async def update_assignments(self, resolution: resolver.Resolution) -> int:
-        assert isinstance(resolution, resolver.Resolution)
-        return await self._write_route(resolution.assignments)
-
     async def _write_route(self, assignments: Sequence[alloc_keys.KeyValue]) -> int:
         """Write the route of ``assignments`` into each of their values."""
         rt = allocator.route_of(assignments)
@@ -436,28 +356,15 @@ class Service:
             return 0
         return await self._checked_txn(cmps, ops, "updating assignments")
 
-    async def update_journal_spec(
-        self, resolution: resolver.Resolution, spec: pb.JournalSpec
-    ) -> int:
-        assert isinstance(resolution, resolver.Resolution) and resolution.item is not None
-        item = resolution.item
-        cmps = [txn.mod_revision_is(item.key, item.mod_revision)]
-        cmps.extend(txn.mod_revision_is(kv.key, kv.mod_revision) for kv in resolution.assignments)
-        ops = [txn.put(item.key, spec.SerializeToString())]
-        return await self._checked_txn(cmps, ops, "updating JournalSpec")
-
-    async def checkpoint_head(self, rep: replica.Replica, offset: int) -> None:
-        await self.checkpoint_journal_head(rep.journal, offset)
-
     async def checkpoint_journal_head(self, journal: str, offset: int) -> None:
-        """Record in the JournalSpec that ``rep``'s journal goes on at ``offset``.
+        """Record in the JournalSpec that ``journal`` goes on at ``offset``.
 
         A stopping primary calls it with the end of everything it held (which its
         persister stores before the broker exits). Had another broker taken the
         journal over, its synchronised spools reach ``offset`` and this is moot;
         if none did (the whole cluster stops), the next primary's spool starts
         empty, behind the stored fragments, and would refuse appends (see
-        Replica.head_recovery_ready): the offset of ``suspend``, which Gazette's
+        the data plane's ``replica/head_gap.rs``): the offset of ``suspend``, which Gazette's
         brokers roll a pipeline forward to as ours do, lets it go on there. The
         txn holds only while our primary assignment (under our live lease) does.
         """
@@ -505,36 +412,16 @@ class Service:
                 await self.observed.ks.wait_for_update()
         return 0
 
-    def maybe_roll(self, spool_: object, roll_to_offset: int, spec: pb.JournalSpec) -> pb.Fragment:
-        assert isinstance(spool_, spool.Spool)
-        return spool.maybe_roll(spool_, roll_to_offset, spec.fragment, self.clock())
-
-    def store_healthy(self, resolution: resolver.Resolution) -> bool:
-        spec = resolution.journal_spec
-        assert spec is not None
-        if not spec.fragment.stores:
-            return True
-        _, err = self.registry.get(spec.fragment.stores[0]).health_status()
-        return err is None
-
-    async def await_store_health(self, resolution: resolver.Resolution) -> str | None:
-        spec = resolution.journal_spec
-        assert spec is not None and spec.fragment.stores
-        return await self._await_health_of(spec.fragment.stores[0])
-
     async def _await_health_of(self, url: str) -> str | None:
         active = self.registry.get(url)
-        for attempt in range(append_fsm.STORE_HEALTH_CHECK_RETRIES + 1):
+        for attempt in range(STORE_HEALTH_CHECK_RETRIES + 1):
             next_check, err = active.health_status()
             if err is None:
                 return None
-            if attempt == append_fsm.STORE_HEALTH_CHECK_RETRIES:
+            if attempt == STORE_HEALTH_CHECK_RETRIES:
                 return f"fragment store {url} unhealthy: {err}"
             await next_check.wait()
         return None  # Not reached.
-
-    def desired_replication(self, spec: pb.JournalSpec) -> int:
-        return pb.desired_replication(spec, self.config.max_replication)
 
     # -- native.Host --------------------------------------------------------------------
 
@@ -549,6 +436,10 @@ class Service:
     def local_index(self, journal: str) -> index.Index | None:
         rep = self.replicas.get(journal)
         return None if rep is None else rep.index
+
+    def primary_here(self, journal: str) -> bool:
+        rep = self.replicas.get(journal)
+        return rep is not None and rep.primary
 
     def index_changed(self, rep: replica.Replica) -> None:
         """The replica's index changed (a listing, a commit): the data plane reads it."""
