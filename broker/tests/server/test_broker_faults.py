@@ -32,7 +32,6 @@ from gazette.broker import protocol as pb
 from gazette.broker import testing
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 from gazette.broker.server import mend
-from gazette.broker.server.replica import DOUBT_DELAY
 from gazette.keyspace import testing as ks_testing
 
 pytestmark = pytest.mark.integration
@@ -41,6 +40,10 @@ JOURNAL = "faults/journal"
 WRITERS = 3
 KILL_CYCLES = 10
 BLOCK = re.compile(rb"<w(\d+)\.s(\d+)\.0><w\1\.s\2\.1><w\1\.s\2\.2>\n")
+
+# How long the data plane waits before a listing decides a held tail the route went
+# on from without this broker (DOUBT_DELAY in broker/dataplane/core/src/replica.rs).
+DOUBT_DELAY = 5.0
 
 
 def _stub(ch: grpc.aio.Channel) -> pb2_grpc.JournalAsyncStub:

@@ -11,7 +11,7 @@ import itertools
 from typing import Any
 
 from gazette.broker import protocol as pb
-from gazette.broker.fragment import index
+from gazette.broker.fragment import cover_set, index
 from gazette.broker.server import replica
 
 JOURNAL = "a/journal"
@@ -54,8 +54,11 @@ async def test_each_listing_is_applied_and_published_to_the_data_plane(
 ) -> None:
     listed = [pb.Fragment(journal=JOURNAL, begin=0, end=100)]
 
-    async def walk_all_stores(*_: Any) -> list[pb.Fragment]:
-        return listed
+    async def walk_all_stores(*_: Any) -> cover_set.CoverSet:
+        listing = cover_set.CoverSet()
+        for f in listed:
+            listing.add(cover_set.Fragment(f))
+        return listing
 
     monkeypatch.setattr(index, "walk_all_stores", walk_all_stores)
     host = FakeHost()

@@ -300,6 +300,15 @@ impl Bridge {
 
     /// Our etcd lease is valid for `valid_for` from now (None: in doubt), and
     /// `cut_off` says why no peer answers us, while that lasts.
+    /// Dial `endpoint` afresh from now on: it stopped answering (Python's isolation
+    /// watch saw it), and a connection cut by a partition can stay silent for long
+    /// after the partition heals (TCP retransmits back off), hanging every new call
+    /// on it. Calls under way keep the old channel (their own timeouts and route
+    /// changes end them).
+    pub fn forget_peer(&self, endpoint: &str) {
+        lock(&self.channels.open).remove(endpoint);
+    }
+
     pub fn set_lease(&self, valid_for: Option<Duration>, cut_off: Option<String>) {
         let until = valid_for.map(|d| Instant::now() + d);
         *self.lease.write().unwrap_or_else(|e| e.into_inner()) = (until, cut_off);

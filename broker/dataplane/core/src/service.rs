@@ -104,7 +104,15 @@ impl Journal for NativeJournal {
         &self,
         req: Request<Streaming<ReplicateRequest>>,
     ) -> Result<Response<Self::ReplicateStream>, Status> {
-        let claims = self.claims(&req, capability::REPLICATE)?;
+        let claims = match self.claims(&req, capability::REPLICATE) {
+            Ok(claims) => claims,
+            Err(refused) => {
+                // As a refused Append: answered while the peer still writes, grpcio's
+                // client reports its own INTERNAL rather than why.
+                drain(req.into_inner()).await;
+                return Err(refused);
+            }
+        };
         let requests = req.into_inner();
         let (tx, rx) = mpsc::channel(ANSWERS_BUFFERED);
         let replicator = self.replicator.clone();

@@ -322,6 +322,11 @@ impl Plane {
         self.bridge.set_lease(valid_for, cut_off);
     }
 
+    /// Dial the peer at `endpoint` afresh from now on (it stopped answering).
+    fn forget_peer(&self, endpoint: &str) {
+        self.bridge.forget_peer(endpoint);
+    }
+
     /// Every replica rolls its spool soon, handing what it holds to the persister
     /// (the lease is in doubt).
     fn flush_all(&self) {

@@ -375,3 +375,18 @@ fn peer_calls_carry_a_token_of_one_journal_once_the_broker_has_keys() {
         ..JournalSpec::default()
     }));
 }
+
+#[tokio::test]
+async fn a_forgotten_peer_is_dialed_afresh() {
+    let (b, _) = bridge();
+    let peer = "http://127.0.0.1:1";
+    b.channels.get(peer).unwrap();
+    b.channels.get("http://127.0.0.1:2").unwrap();
+    assert!(lock(&b.channels.open).contains_key(peer));
+    // Its connection went quiet: the next call dials a new one, the other peer's stays.
+    b.forget_peer(peer);
+    assert!(!lock(&b.channels.open).contains_key(peer));
+    assert!(lock(&b.channels.open).contains_key("http://127.0.0.1:2"));
+    b.channels.get(peer).unwrap();
+    assert!(lock(&b.channels.open).contains_key(peer));
+}

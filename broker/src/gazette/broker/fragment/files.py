@@ -182,6 +182,13 @@ class SpoolRecord:
             raise
         return cls(fd, path)
 
+    @classmethod
+    def named(cls, path: str) -> SpoolRecord:
+        """The record at ``path`` by its name alone, for :meth:`SpoolFile.unlink` to remove:
+        another writer (the native data plane) keeps its confirmed end. Nothing is
+        opened, so a stalled disk never holds up the caller."""
+        return cls(-1, path)
+
     def set_confirmed(self, end: int, sync: bool = False) -> None:
         os.pwrite(self._fd, struct.pack("<q", end), _CONFIRMED_AT)
         if sync:

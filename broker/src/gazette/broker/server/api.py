@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# What Append and Replicate answer should one reach this service (they never do through
+# the front door).
+_NATIVE_ONLY = "{} is served by the broker's native data plane, on its gRPC port"
 MAX_JOURNALS_PER_LIST_RESPONSE = 25
 DEFAULT_FRAGMENTS_PAGE_LIMIT = 1000
 DELETE_PROBE_TIMEOUT = 60.0
@@ -145,6 +148,25 @@ class JournalServicer(pb2_grpc.JournalServicer):
             raise  # Not reached: abort raises.
         metrics.server_completed.inc(op, out.status)
         return result
+
+    # -- Append and Replicate -------------------------------------------------------------
+
+    async def Append(
+        self,
+        request_iterator: AsyncIterator[pb.AppendRequest],
+        context: grpc.aio.ServicerContext[pb.AppendRequest, pb.AppendResponse],
+    ) -> pb.AppendResponse:
+        """Never reached through the front door, which hands appends to the data plane."""
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, _NATIVE_ONLY.format("Append"))
+        raise AssertionError("not reached: abort raises")
+
+    async def Replicate(  # type: ignore[override]
+        self,
+        request_iterator: AsyncIterator[pb.ReplicateRequest],
+        context: grpc.aio.ServicerContext[pb.ReplicateRequest, pb.ReplicateResponse],
+    ) -> None:
+        """Never reached through the front door, which hands replication to the data plane."""
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, _NATIVE_ONLY.format("Replicate"))
 
     # -- Read ---------------------------------------------------------------------------
 

@@ -173,13 +173,14 @@ class Mender:
 
 async def _store(host: Host, spec: pb.JournalSpec, tail: Tail, config: spool.SpoolConfig) -> bool:
     try:
-        fd = os.open(tail.path, os.O_RDONLY)
+        # Off the event loop: the spool directory may be on a stalled disk.
+        fd = await asyncio.to_thread(os.open, tail.path, os.O_RDONLY)
     except OSError as e:
         log.warning("quarantined tail %s unreadable: %s", tail.path, e)
         return False
     f = files.SpoolFile(fd)
     try:
-        if os.fstat(fd).st_size != tail.end - tail.begin:
+        if f.size() != tail.end - tail.begin:
             log.warning(
                 "quarantined tail %s is not %d bytes long", tail.path, tail.end - tail.begin
             )

@@ -281,12 +281,10 @@ class NativeHost:
         sp = spool.Spool(journal, _NO_OBSERVER, config=self.spool_config)
         sp.spec = pb.Fragment.FromString(spec)
         if handle is not None:
-            record = None
-            if handle.record_path is not None:
-                with contextlib.suppress(OSError):
-                    record = files.SpoolRecord(
-                        os.open(handle.record_path, os.O_RDWR), handle.record_path
-                    )
+            # The plane writes the record; we only remove it once the content is stored.
+            record = (
+                None if handle.record_path is None else files.SpoolRecord.named(handle.record_path)
+            )
             sp.file = files.SpoolFile(handle.dup(), handle.path, record)
         if compressed is not None and compressed_length > 0:
             sp.compressed_file = files.SpoolFile(compressed.dup())

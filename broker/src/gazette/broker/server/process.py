@@ -442,7 +442,7 @@ def _isolation(
         svc.probe_peer,
         on_isolated=isolated,
         on_rejoined=rejoined,
-        on_unreachable=svc.peers.forget,
+        on_unreachable=svc.forget_peer,
         config=isolation.IsolationConfig(timeout=bcfg.isolation_timeout_s),
     )
 

@@ -58,6 +58,7 @@ class ServiceConfig:
     """Settings of the Service (from ``--broker.*`` flags)."""
 
     spool: spool.SpoolConfig = dataclasses.field(default_factory=spool.SpoolConfig)
+    max_message_size: int = 4 << 20
     peer_tls: dial.TLS = dataclasses.field(default_factory=dial.TLS)
     """Our side of TLS to peers with ``https://`` endpoints (``--broker.peer-*-file``)."""
 
@@ -256,6 +257,13 @@ class Service:
             await call.read()  # List streams (it can watch): its first response will do.
         finally:
             call.cancel()
+
+    def forget_peer(self, endpoint: str) -> None:
+        """The peer at ``endpoint`` stopped answering (see isolation): our calls to it
+        and the data plane's (pipelines, proxied appends) dial it afresh from now on."""
+        self.peers.forget(endpoint)
+        if self.native is not None:
+            self.native.plane.forget_peer(endpoint)
 
     def other_brokers(self) -> list[isolation.Peer]:
         """(name, endpoint) of every other member, as the KeySpace has them now."""
