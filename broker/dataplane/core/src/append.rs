@@ -449,7 +449,9 @@ impl AppendFsm {
                 .peer_metadata(&journal, crate::claims::capability::REPLICATE),
             REPLICATION_TIMEOUT,
         );
-        self.pln = Some(Arc::new(pln));
+        let pln = Arc::new(pln);
+        replica.pipeline_built(&pln);
+        self.pln = Some(pln);
         self.pln_header = true;
         // A new pipeline follows a route change or a failed one: once its members
         // agree on our fragment (its SHA-1 tells them it is the content they hold,

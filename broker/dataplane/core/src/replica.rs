@@ -31,7 +31,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify, OwnedMutexGuard};
@@ -192,6 +192,9 @@ pub struct Replica {
     index: Arc<FragmentIndex>,
     slot: Arc<tokio::sync::Mutex<Arc<AsyncSpool>>>,
     pipeline: Arc<tokio::sync::Mutex<Option<Arc<Pipeline>>>>,
+    /// The pipeline built last, idle in its slot or held by an append (see
+    /// [`route_members`](Self::route_members)).
+    latest_pipeline: Mutex<Weak<Pipeline>>,
     /// The journal's append flow control: balance and clock carry over between
     /// appends (held by the append that streams content).
     pub flow: tokio::sync::Mutex<FlowState>,
@@ -251,6 +254,7 @@ impl Replica {
             index,
             slot: Arc::new(tokio::sync::Mutex::new(Arc::new(AsyncSpool::new(spool)))),
             pipeline: Arc::new(tokio::sync::Mutex::new(None)),
+            latest_pipeline: Mutex::new(Weak::new()),
             flow: tokio::sync::Mutex::new(FlowState::default()),
             flush: Notify::new(),
             confirm: Notify::new(),
@@ -299,17 +303,23 @@ impl Replica {
         self.pipeline.clone().try_lock_owned().ok()
     }
 
+    /// An append built `pln` for this journal: the pipeline [`route_members`]
+    /// interrupts from now on.
+    ///
+    /// [`route_members`]: Self::route_members
+    pub fn pipeline_built(&self, pln: &Arc<Pipeline>) {
+        *lock(&self.latest_pipeline) = Arc::downgrade(pln);
+    }
+
     /// The journal's route is now of `members`: a peer of the pipeline that left
-    /// it is no longer waited on. The appends behind it fail now rather than at
-    /// the pipeline's timeout (a member cut off by a partition neither answers nor
-    /// fails), and the next append builds a pipeline over the new route.
+    /// it is no longer waited on. The appends waiting on it fail now rather than
+    /// at the pipeline's timeout (a member cut off by a partition neither answers
+    /// nor fails), and the next append builds a pipeline over the new route. The
+    /// pipeline is interrupted whether idle or held by an append: an append
+    /// waiting for a silent peer's acknowledgement would otherwise hold the
+    /// journal until the timeout (the chaos suite's partitions of a replica).
     pub fn route_members(&self, members: &[process_spec::Id]) {
-        // An append holding the slot re-resolves anyway; an idle pipeline is
-        // interrupted here (its next append then fails fast and rebuilds).
-        let Some(slot) = self.try_hold_pipeline() else {
-            return;
-        };
-        let Some(pln) = slot.as_ref() else {
+        let Some(pln) = lock(&self.latest_pipeline).upgrade() else {
             return;
         };
         let gone: Vec<String> = pln
