@@ -2,8 +2,9 @@
 
 The plane itself (Rust) is tested by ``cargo test`` (its ``bridge`` module) and, in a
 running broker, by every broker suite; here, what
-the host does with what the plane hands it: commits into the index, completed
-fragments to the persister, asks answered.
+the host does with what the plane hands it: completed fragments to the persister,
+asks answered, stored fragments read for the plane's reads under their credit, and
+store listings published into the plane's index.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gazette.broker import protocol as pb
-from gazette.broker.fragment import index, spool, stores
-from gazette.broker.server import metrics, native
+from gazette.broker.fragment import cover_set, index, spool, stores
+from gazette.broker.server import native, read_api
 
 
 class FakeHandle:
@@ -53,10 +55,13 @@ class FakePlane:
     def __init__(self, wake_fd: int) -> None:
         self.wake_fd = wake_fd
         self.outbox: list[tuple[Any, ...]] = []
-        self.answers: dict[int, tuple[int | None, str | None]] = {}
-        self.indexes: dict[str, tuple[bool, int, int, int]] = {}
+        self.answers: dict[int, tuple[int | str | None, str | None]] = {}
         self.served = self.closed = False
         self.health: dict[str, str | None] = {}
+        self.chunks: dict[int, list[bytes]] = {}
+        self.ends: dict[int, str | None] = {}
+        self.wants = True
+        self.published: list[tuple[str, str, Any]] = []
 
     def send(self, *events: tuple[Any, ...]) -> None:
         self.outbox.extend(events)
@@ -72,11 +77,28 @@ class FakePlane:
         out, self.outbox = self.outbox, []
         return out
 
-    def answer(self, id: int, value: int | None = None, error: str | None = None) -> None:
-        self.answers[id] = (value, error)
+    def answer(
+        self, id: int, value: int | None = None, error: str | None = None, text: str | None = None
+    ) -> None:
+        self.answers[id] = (text if text is not None else value, error)
 
-    def set_index(self, journal: str, done: bool, begin: int, end: int, mod_time: int) -> None:
-        self.indexes[journal] = (done, begin, end, mod_time)
+    def stored_chunk(self, id: int, data: bytes) -> bool:
+        self.chunks.setdefault(id, []).append(data)
+        return self.wants
+
+    def stored_end(self, id: int, error: str | None = None) -> None:
+        self.ends[id] = error
+
+    def replace_stored(self, journal: str, fragments: list[bytes]) -> bool:
+        self.published.append(("listing", journal, fragments))
+        return True
+
+    def mark_skipped(self, journal: str, ranges: list[tuple[int, int]]) -> bool:
+        self.published.append(("skipped", journal, ranges))
+        return True
+
+    def fragments(self, journal: str) -> list[bytes] | None:
+        return [fragment(0, 5), fragment(5, 9)] if journal == "a/journal" else None
 
     def set_store_health(self, url: str, failure: str | None = None) -> None:
         self.health[url] = failure
@@ -95,9 +117,9 @@ class FakePlane:
 
 
 class FakeHost:
-    def __init__(self) -> None:
-        self.registry = stores.StoreRegistry()
-        self.idx = index.Index()
+    def __init__(self, registry: stores.StoreRegistry | None = None) -> None:
+        self.registry = registry or stores.StoreRegistry()
+        self.listed: list[str] = []
         self.completed: list[tuple[spool.Spool, bool, bool]] = []
         self.asked: list[tuple[str, str, int, int, Any]] = []
         self.leases = 0
@@ -108,17 +130,18 @@ class FakeHost:
     def served_stores(self) -> set[str]:
         return {"file:///"}
 
-    def local_index(self, journal: str) -> index.Index | None:
-        return self.idx if journal == "a/journal" else None
-
-    def primary_here(self, journal: str) -> bool:
-        return journal == "a/journal"
-
     def spool_complete(self, sp: spool.Spool, primary: bool, *, held: bool = False) -> None:
         self.completed.append((sp, primary, held))
 
-    async def answer_ask(self, kind: str, journal: str, a: int, b: int, extra: Any) -> int | None:
+    def list_now(self, journal: str) -> None:
+        self.listed.append(journal)
+
+    async def answer_ask(
+        self, kind: str, journal: str, a: int, b: int, extra: Any
+    ) -> int | str | None:
         self.asked.append((kind, journal, a, b, extra))
+        if kind == "sign_url":
+            return f"signed:{pb.Fragment.FromString(extra).end}:{a}"
         if kind == "cover_fence":
             raise RuntimeError("etcd: permission denied")
         return a + b
@@ -136,8 +159,9 @@ async def settle(cond: Any) -> None:
 
 
 @pytest.fixture
-async def hosted() -> Any:
-    host = FakeHost()
+async def hosted(tmp_path: Path) -> Any:
+    (tmp_path / "s").mkdir()
+    host = FakeHost(stores.StoreRegistry(stores.StoresConfig(file_root=str(tmp_path))))
     planes: list[FakePlane] = []
 
     def make(fd: int) -> FakePlane:
@@ -148,26 +172,6 @@ async def hosted() -> Any:
     nh.start()
     yield nh, planes[0], host
     nh.close()
-
-
-async def test_commits_reach_the_index_through_one_descriptor_per_file(hosted: Any) -> None:
-    _, plane, host = hosted
-    assert plane.served
-    h = FakeHandle(b"hello world")
-    plane.send(("commit", "a/journal", fragment(0, 5), h))
-    await settle(lambda: host.idx.end_offset() == 5)
-    plane.send(("commit", "a/journal", fragment(0, 11), h))
-    await settle(lambda: host.idx.end_offset() == 11)
-    assert h.dups == 1  # The same file: the descriptor is reused.
-    # The primary's write head, as Gazette's gauge has it.
-    assert metrics.write_head.labels("a/journal")._value.get() == 11
-    _, f = await host.idx.query(pb.ReadRequest(journal="a/journal", offset=6))
-    assert f is not None and f.pread(5, 6) == b"world"
-    # Commits of journals no longer here are dropped.
-    plane.send(("commit", "other/journal", fragment(0, 3), FakeHandle(b"abc")))
-    await asyncio.sleep(0.05)
-    assert host.local_index("other/journal") is None
-    h.close()
 
 
 async def test_a_completed_fragment_goes_to_the_persister_as_a_spool(hosted: Any) -> None:
@@ -208,10 +212,6 @@ async def test_a_completed_fragment_goes_to_the_persister_as_a_spool(hosted: Any
     await sp.forget_file()
     assert h.path is not None and h.record_path is not None
     assert not any(map(os.path.exists, (h.path, h.record_path)))
-    # The index has the fragment too (commits coalesce; its last may be missing), and
-    # the plane learns what the index now says.
-    assert host.idx.end_offset() == 5
-    assert plane.indexes["a/journal"][2] == 5
     h.close()
 
 
@@ -243,3 +243,90 @@ async def test_close_stops_serving_and_draining(hosted: Any) -> None:
     nh.close()
     assert plane.closed
     nh.close()  # Idempotent.
+
+
+async def test_asks_for_a_text_are_answered_with_it(hosted: Any) -> None:
+    _, plane, _ = hosted
+    plane.send(("ask", 9, "sign_url", "a/journal", 60, 0, fragment(0, 5)))
+    await settle(lambda: 9 in plane.answers)
+    assert plane.answers[9] == ("signed:5:60", None)
+
+
+def stored_fragment(tmp_path: Path, content: bytes, *, short_by: int = 0) -> pb.Fragment:
+    """A fragment of ``content`` in the store file:///s/ (rooted at ``tmp_path``), whose
+    object ends ``short_by`` bytes before the fragment does."""
+    frag = pb.Fragment(
+        journal="a/journal",
+        begin=1000,
+        end=1000 + len(content) + short_by,
+        compression_codec=pb.NONE,
+        backing_store="file:///s/",
+    )
+    path = tmp_path / "s" / pb.fragment_path(frag)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    return frag
+
+
+async def test_a_stored_fragment_is_read_for_the_plane_within_its_credit(
+    hosted: Any, tmp_path: Path
+) -> None:
+    _, plane, _ = hosted
+    chunk = read_api.READ_CHUNK_SIZE
+    content = bytes(range(256)) * (3 * chunk // 256)
+    frag = stored_fragment(tmp_path, content)
+    plane.send(("read_stored", 1, "a/journal", frag.SerializeToString(), 1010, 1))
+    await settle(lambda: len(plane.chunks.get(1, [])) == 1)
+    await asyncio.sleep(0.05)
+    assert len(plane.chunks[1]) == 1, "no more than its credit"
+    plane.send(("read_credit", 1), ("read_credit", 1), ("read_credit", 1))
+    await settle(lambda: 1 in plane.ends)
+    assert plane.ends[1] is None
+    assert b"".join(plane.chunks[1]) == content[10:]
+
+
+async def test_a_failing_store_read_ends_the_plane_s_read_with_its_words(
+    hosted: Any, tmp_path: Path
+) -> None:
+    _, plane, _ = hosted
+    frag = stored_fragment(tmp_path, b"short", short_by=10)
+    plane.send(("read_stored", 2, "a/journal", frag.SerializeToString(), 1000, 2))
+    await settle(lambda: 2 in plane.ends)
+    assert b"".join(plane.chunks[2]) == b"short"
+    assert "unexpected EOF reading fragment" in (plane.ends[2] or "")
+
+
+async def test_a_cancelled_stored_read_stops(hosted: Any, tmp_path: Path) -> None:
+    nh, plane, _ = hosted
+    frag = stored_fragment(tmp_path, b"x" * (3 * read_api.READ_CHUNK_SIZE))
+    plane.send(("read_stored", 3, "a/journal", frag.SerializeToString(), 1000, 1))
+    await settle(lambda: 3 in plane.chunks)
+    plane.send(("read_cancel", 3))
+    await settle(lambda: not nh._stored)
+    await asyncio.sleep(0.05)
+    assert 3 not in plane.ends and len(plane.chunks[3]) == 1
+    # A read the plane says is over stops at its next chunk too.
+    plane.wants = False
+    plane.send(("read_stored", 4, "a/journal", frag.SerializeToString(), 1000, 5))
+    await settle(lambda: not nh._stored and 4 in plane.chunks)
+    assert 4 not in plane.ends and len(plane.chunks[4]) == 1
+
+
+async def test_holes_and_listings_pass_between_the_plane_and_the_index(hosted: Any) -> None:
+    nh, plane, host = hosted
+    plane.send(("list_now", "a/journal"))
+    await settle(lambda: host.listed == ["a/journal"])
+    idx = index.Index()
+    idx.mark_skipped([(10, 20)])
+    listing = cover_set.CoverSet()
+    listing.add(cover_set.Fragment(pb.Fragment.FromString(fragment(20, 30))))
+    idx.replace_remote(listing)
+    nh.publish_listing("a/journal", idx)
+    assert plane.published == [
+        ("skipped", "a/journal", [(10, 20)]),
+        ("listing", "a/journal", [fragment(20, 30)]),
+    ]
+    # ListFragments reads the plane's index.
+    listed = nh.fragments("a/journal")
+    assert [(f.begin, f.end) for f in listed] == [(0, 5), (5, 9)]
+    assert nh.fragments("other/journal") is None

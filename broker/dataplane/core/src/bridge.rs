@@ -1,42 +1,50 @@
 //! The seam between the data plane and the Python broker that runs it.
 //!
-//! The data plane owns the per-append path; the Python broker owns etcd, the
-//! fragment index and stores, the persister and the acknowledgement fences. A
-//! [`Bridge`] is what the data plane's [`ReplicaHost`] and [`AppendDeps`] are in a
-//! running broker, built so that no acknowledgement waits on Python:
+//! The data plane owns the per-append path, and each replica's fragment index (fed
+//! by its spool's commits); the Python broker owns etcd, the fragment stores and
+//! their listings, the persister and the acknowledgement fences. A [`Bridge`] is
+//! what the data plane's [`ReplicaHost`] and [`AppendDeps`] are in a running
+//! broker, built so that no acknowledgement waits on Python:
 //!
-//! * What an append checks on its way (store health, the index's extent, the lease,
-//!   how far the fence reaches) Python *publishes* into the bridge ahead of time,
-//!   and the append reads it without a call.
-//! * What the data plane tells Python (a spool grew, a fragment completed) goes to
-//!   an *outbox* Python drains when it gets to it. Commits of a journal coalesce:
-//!   Python sees the latest, never a backlog of every append.
+//! * What an append checks on its way (store health, the lease, how far the fence
+//!   reaches, what the stores hold) Python *publishes* ahead of time, into the
+//!   bridge or (store listings) into the replica's index, and the append reads it
+//!   without a call.
+//! * What the data plane tells Python (a fragment completed) goes to an *outbox*
+//!   Python drains when it gets to it. Commits are not told: the replica's own
+//!   index has them, and serves Read and ListFragments (which Python answers from
+//!   it), so Python does no work per append.
 //! * What needs Python's answer (an etcd transaction, a store listing, a fence
 //!   raised) is an *ask*: it goes to the outbox with an id, and the asking task
 //!   waits for Python's [`Bridge::answer`]. Asks are rare by design: a route change
 //!   writes assignments once, a fence is raised once per [`FENCE_STEP`] of content,
 //!   and before the last of a step is used (see [`Bridge::cover_fence`]).
 //!
+//! Reads served here ([`reads`]) use the same three: Python publishes each store
+//! listing of a journal into its replica's index, and the ranges it skipped; a
+//! read asks Python to sign a stored fragment's URL, and to stream a stored
+//! fragment's content into a channel of the read's, a few chunks ahead of it.
+//!
 //! Python learns that the outbox has something by a byte written to a pipe its
-//! event loop watches: written once per empty-to-non-empty change, so a busy
-//! journal costs Python one wake-up per drain, not per append. No thread of the
+//! event loop watches: written once per empty-to-non-empty change, so Python
+//! costs one wake-up per drain, however much came meanwhile. No thread of the
 //! data plane ever takes the GIL.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::append::IndexSummary;
 use crate::auth::SharedGate;
 use crate::flow::FlowLimits;
+use crate::index::FragmentIndex;
 use crate::pipeline::DialError;
-use crate::protocol::JournalSpec;
+use crate::protocol::{Fragment, JournalSpec};
 use crate::registry::Resolution;
-use crate::replica::{BoxFuture, Completed, ReplicaHost};
+use crate::replica::{BoxFuture, Completed, ReplicaHost, ReplicaSet};
 use crate::spool::LocalFragment;
 
 /// How far past an append's end a primary's fence is raised: one etcd write per
@@ -45,11 +53,6 @@ pub const FENCE_STEP: i64 = 16 << 20;
 /// How long an ask may wait for Python before it fails (Python's own fence and
 /// etcd timeouts are shorter: this only bounds a Python that stopped answering).
 pub const ASK_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long commits wait in the outbox before they wake Python (asks and completed
-/// fragments wake it at once): a journal taking appends back to back costs Python
-/// one drain per linger, not one per append. Python's index (reads it serves)
-/// learns of a commit this much later at most.
-pub const COMMIT_LINGER: Duration = Duration::from_millis(1);
 /// Lifetime of the tokens the broker signs for its calls to peers (Python's
 /// `auth.LIFETIME`: replication streams are long-lived).
 pub const PEER_TOKEN_LIFETIME: u64 = 3600;
@@ -84,19 +87,30 @@ pub enum Ask {
     HeadResumesAt { journal: String, index_end: i64 },
     /// Make the journal's fence cover `end`; the offset it covers now.
     CoverFence { journal: String, end: i64 },
+    /// A GET URL of stored `fragment`, signed for `ttl` (answered with a text).
+    SignUrl {
+        journal: String,
+        fragment: Box<Fragment>,
+        ttl: Duration,
+    },
 }
 
 /// Python's answer: a number (a revision, an offset, a flag), none, or an error.
 pub type Answer = Result<Option<i64>, String>;
 
+/// What Python answered, before the asker reads it as a number or a text.
+#[derive(Debug, Default)]
+struct Reply {
+    value: Option<i64>,
+    text: Option<String>,
+}
+
+/// An ask's outcome as the asker waits for it.
+type Replied = Result<Reply, String>;
+
 /// What the outbox hands Python.
 #[derive(Debug)]
 pub enum Event {
-    /// The journal's spool grew to `fragment` (the latest of coalesced commits).
-    Commit {
-        journal: String,
-        fragment: LocalFragment,
-    },
     /// A completed fragment for the persister (see [`ReplicaHost::spool_complete`]).
     Complete {
         journal: String,
@@ -106,6 +120,22 @@ pub enum Event {
     },
     /// A question; answer it with [`Bridge::answer`].
     Ask { id: u64, ask: Ask },
+    /// Read stored `fragment` from `offset` on, handing its chunks to
+    /// [`Bridge::stored_chunk`] and its end to [`Bridge::stored_end`]; `credit`
+    /// chunks may go before the reader takes one.
+    ReadStored {
+        id: u64,
+        fragment: Box<Fragment>,
+        offset: i64,
+        credit: u32,
+    },
+    /// The reader of stored read `id` took a chunk: one more may go.
+    ReadCredit { id: u64 },
+    /// The reader of stored read `id` went away: stop reading.
+    ReadCancel { id: u64 },
+    /// List the journal's stores now, and read the ranges it skipped for good (a
+    /// read fell in a hole below the write head); nothing is answered.
+    ListNow { journal: String },
 }
 
 /// Settings of the bridge (from the broker's flags).
@@ -141,58 +171,16 @@ pub struct PeerTls {
 
 #[derive(Default)]
 struct Outbox {
-    // The latest uncollected commit of each journal, and the order journals came in.
-    commits: HashMap<String, LocalFragment>,
-    commit_order: Vec<String>,
-    // Everything else, in order. A commit of a fragment other than the one waiting
-    // in `commits` pushes the waiting one here first: Python sees every fragment's
-    // last commit.
     events: VecDeque<Event>,
     // Whether Python was woken since it last drained.
     signalled: bool,
-    // Whether a wake for commits is due after COMMIT_LINGER.
-    lingering: bool,
     closed: bool,
 }
 
 impl Outbox {
-    fn commit(&mut self, journal: &str, fragment: LocalFragment) {
-        match self.commits.get_mut(journal) {
-            Some(waiting) if waiting.spec.begin == fragment.spec.begin => *waiting = fragment,
-            Some(waiting) => {
-                let before = std::mem::replace(waiting, fragment);
-                self.events.push_back(Event::Commit {
-                    journal: journal.to_owned(),
-                    fragment: before,
-                });
-            }
-            None => {
-                self.commits.insert(journal.to_owned(), fragment);
-                self.commit_order.push(journal.to_owned());
-            }
-        }
-    }
-
-    /// Moves the journal's waiting commit ahead of what comes next.
-    fn flush_commit(&mut self, journal: &str) {
-        if let Some(fragment) = self.commits.remove(journal) {
-            self.commit_order.retain(|j| j != journal);
-            self.events.push_back(Event::Commit {
-                journal: journal.to_owned(),
-                fragment,
-            });
-        }
-    }
-
     fn take(&mut self) -> Vec<Event> {
         self.signalled = false;
-        let mut out: Vec<Event> = self.events.drain(..).collect();
-        for journal in std::mem::take(&mut self.commit_order) {
-            if let Some(fragment) = self.commits.remove(&journal) {
-                out.push(Event::Commit { journal, fragment });
-            }
-        }
-        out
+        self.events.drain(..).collect()
     }
 }
 
@@ -201,9 +189,14 @@ pub struct Bridge {
     config: BridgeConfig,
     outbox: Arc<Mutex<Outbox>>,
     wake: Arc<dyn Fn() + Send + Sync>,
-    asked: Mutex<HashMap<u64, oneshot::Sender<Answer>>>,
+    asked: Mutex<HashMap<u64, oneshot::Sender<Replied>>>,
+    // Stored reads under way, by id: where Python's chunks go.
+    stored: reads::Stored,
+    // Per journal, the last hole a read listed the stores for (see reads::on_hole).
+    holes: Mutex<HashMap<String, reads::Hole>>,
     next_id: AtomicU64,
-    index: Mutex<HashMap<String, watch::Sender<IndexSummary>>>,
+    // The broker's replicas, whose indexes appends read (see attach_replicas).
+    replicas: OnceLock<Weak<ReplicaSet>>,
     // Stores by URL: their health check's failure, if any (absent: not checked yet).
     store_health: RwLock<HashMap<String, Option<String>>>,
     fences: Arc<Mutex<HashMap<String, deps::Fence>>>,
@@ -219,19 +212,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The linger of commits is over: wake Python unless a wake since (for something
-/// else) already took them.
-fn wake_for_commits(outbox: &Mutex<Outbox>, wake: &(dyn Fn() + Send + Sync)) {
-    let due = {
-        let mut outbox = lock(outbox);
-        outbox.lingering = false;
-        !outbox.commits.is_empty() && !std::mem::replace(&mut outbox.signalled, true)
-    };
-    if due {
-        wake();
-    }
-}
-
 impl Bridge {
     /// A bridge that calls `wake` when its outbox goes from empty to not; `gate`
     /// holds the broker's keys (the first signs our calls to peers).
@@ -241,8 +221,10 @@ impl Bridge {
             outbox: Arc::default(),
             wake: Arc::from(wake),
             asked: Mutex::default(),
+            stored: Arc::default(),
+            holes: Mutex::default(),
             next_id: AtomicU64::new(1),
-            index: Mutex::default(),
+            replicas: OnceLock::new(),
             store_health: RwLock::default(),
             fences: Arc::default(),
             fence_generations: AtomicU64::new(1),
@@ -264,30 +246,50 @@ impl Bridge {
 
     /// Python's answer to ask `id` (an unknown id, whose asker gave up, is ignored).
     pub fn answer(&self, id: u64, answer: Answer) {
+        self.reply(id, answer.map(|value| Reply { value, text: None }));
+    }
+
+    /// Python's answer to an ask answered with a text ([`Ask::SignUrl`]).
+    pub fn answer_text(&self, id: u64, answer: Result<String, String>) {
+        self.reply(
+            id,
+            answer.map(|text| Reply {
+                value: None,
+                text: Some(text),
+            }),
+        );
+    }
+
+    fn reply(&self, id: u64, reply: Replied) {
         if let Some(tx) = lock(&self.asked).remove(&id) {
-            let _ = tx.send(answer);
+            let _ = tx.send(reply);
         }
     }
 
-    /// The broker stops: asks waiting and to come fail, and nothing more is queued.
+    /// The broker stops: asks and stored reads waiting and to come fail, and
+    /// nothing more is queued.
     pub fn close(&self) {
         lock(&self.outbox).closed = true;
         for (_, tx) in lock(&self.asked).drain() {
             let _ = tx.send(Err("the broker is stopping".into()));
         }
+        for (_, tx) in lock(&self.stored).drain() {
+            let _ = tx.send(Err("the broker is stopping".into()));
+        }
     }
 
-    /// What the journal's fragment index says now.
-    pub fn set_index(&self, journal: &str, summary: IndexSummary) {
-        let mut index = lock(&self.index);
-        match index.get(journal) {
-            Some(tx) => {
-                tx.send_replace(summary);
-            }
-            None => {
-                index.insert(journal.to_owned(), watch::Sender::new(summary));
-            }
-        }
+    /// The replicas this bridge hosts (made with it as their host): appends read
+    /// the extent of a journal from its replica's index. Set once; a bridge
+    /// without them sees every index empty.
+    pub fn attach_replicas(&self, replicas: &Arc<ReplicaSet>) {
+        let _ = self.replicas.set(Arc::downgrade(replicas));
+    }
+
+    /// The fragment index of the journal's replica here, if it has one.
+    pub fn replica_index(&self, journal: &str) -> Option<Arc<FragmentIndex>> {
+        let replicas = self.replicas.get()?.upgrade()?;
+        let replica = replicas.get(journal)?;
+        Some(replica.index().clone())
     }
 
     /// The health of the store at `url`: None when its last check passed.
@@ -331,46 +333,28 @@ impl Bridge {
 
     // -- The data plane's side ----------------------------------------------------------
 
-    /// Queues a commit; Python is woken after [`COMMIT_LINGER`] unless something
-    /// else wakes it first.
-    fn push_commit(&self, journal: &str, fragment: LocalFragment) {
-        let linger = {
-            let mut outbox = lock(&self.outbox);
-            if outbox.closed {
-                return;
-            }
-            outbox.commit(journal, fragment);
-            !outbox.signalled && !std::mem::replace(&mut outbox.lingering, true)
-        };
-        if !linger {
-            return;
-        }
-        let (outbox, wake) = (self.outbox.clone(), self.wake.clone());
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn(async move {
-                tokio::time::sleep(COMMIT_LINGER).await;
-                wake_for_commits(&outbox, &*wake);
-            })),
-            Err(_) => wake_for_commits(&outbox, &*wake),
-        }
-    }
-
     fn push(&self, f: impl FnOnce(&mut Outbox)) {
-        let wake = {
-            let mut outbox = lock(&self.outbox);
-            if outbox.closed {
-                return;
-            }
-            f(&mut outbox);
-            !std::mem::replace(&mut outbox.signalled, true)
-        };
-        if wake {
-            (self.wake)();
-        }
+        reads::push_to(&self.outbox, &*self.wake, f);
     }
 
     /// Asks Python and waits for its answer (bounded by [`ASK_TIMEOUT`]).
     pub fn ask(&self, ask: Ask) -> BoxFuture<Answer> {
+        let asked = self.ask_reply(ask);
+        Box::pin(async move { asked.await.map(|r| r.value) })
+    }
+
+    /// Asks Python for a text and waits for it (bounded by [`ASK_TIMEOUT`]).
+    pub fn ask_text(&self, ask: Ask) -> BoxFuture<Result<String, String>> {
+        let asked = self.ask_reply(ask);
+        Box::pin(async move {
+            asked
+                .await?
+                .text
+                .ok_or_else(|| "the broker answered no text".to_string())
+        })
+    }
+
+    fn ask_reply(&self, ask: Ask) -> BoxFuture<Replied> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         lock(&self.asked).insert(id, tx);
@@ -467,13 +451,11 @@ fn client_tls(tls: Option<&PeerTls>) -> tonic::transport::ClientTlsConfig {
 }
 
 impl ReplicaHost for Bridge {
-    fn spool_commit(&self, journal: &str, fragment: LocalFragment) {
-        self.push_commit(journal, fragment);
-    }
+    /// Nothing for Python: the replica's index took it, and serves it.
+    fn spool_commit(&self, _: &str, _: LocalFragment) {}
 
     fn spool_complete(&self, journal: &str, completed: Completed, at_once: bool, held: bool) {
         self.push(|outbox| {
-            outbox.flush_commit(journal);
             outbox.events.push_back(Event::Complete {
                 journal: journal.to_owned(),
                 completed,
@@ -510,8 +492,8 @@ impl ReplicaHost for Bridge {
 
     /// Forgets what was published of a journal no longer served here.
     fn replica_gone(&self, journal: &str) {
-        lock(&self.index).remove(journal);
         lock(&self.fences).remove(journal);
+        lock(&self.holes).remove(journal);
     }
 
     fn refresh_listing(&self, journal: &str) -> BoxFuture<()> {
@@ -536,6 +518,7 @@ impl ReplicaHost for Bridge {
 }
 
 mod deps;
+pub mod reads;
 
 #[cfg(test)]
 mod tests;

@@ -29,6 +29,7 @@ use tokio::sync::watch;
 pub use cover_set::{CoverSet, JournalMismatch};
 
 use crate::protocol::{Fragment, ReadRequest, ReadResponse, Status};
+use crate::replica::BoxFuture;
 use crate::spool::files::SpoolFile;
 use crate::spool::{LocalFragment, Spool, SpoolObserver};
 
@@ -46,8 +47,10 @@ pub type UnixClock = Arc<dyn Fn() -> f64 + Send + Sync>;
 
 /// What a query needs of the broker, whose stores are Python's.
 pub trait QueryHooks: Sync {
-    /// A signed GET URL of stored `fragment`, valid for `ttl`.
-    fn fragment_url(&self, fragment: &Fragment, ttl: Duration) -> Result<String, String>;
+    /// A signed GET URL of stored `fragment`, valid for `ttl` (the stores sign it,
+    /// so the broker may take a moment: it is awaited without the index's lock).
+    fn fragment_url(&self, fragment: &Fragment, ttl: Duration)
+        -> BoxFuture<Result<String, String>>;
     /// A read found a hole ending at `hole_end` below the write head: content this
     /// broker never held, which other brokers may have stored since the last
     /// listing. Returns whether a listing was asked for (the owner backs off).
@@ -169,6 +172,7 @@ impl FragmentIndex {
                         let frag = resp.fragment.as_ref().expect("a found fragment");
                         resp.fragment_url = hooks
                             .fragment_url(frag, READ_URL_TTL)
+                            .await
                             .map_err(QueryError::Sign)?;
                     }
                     return Ok((resp, file));

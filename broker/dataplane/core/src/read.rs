@@ -37,7 +37,7 @@ use crate::pipeline::Dial;
 use crate::protocol::Status;
 use crate::protocol::{journal_spec, Fragment, Header, JournalSpec, ReadRequest, ReadResponse};
 use crate::registry::{Query, Registry};
-use crate::replica::{stopped_status, ReplicaSet};
+use crate::replica::{stopped_status, BoxFuture, ReplicaSet};
 use crate::spool::files::SpoolFile;
 
 /// Content bytes per ReadResponse (see the module documentation).
@@ -52,15 +52,16 @@ pub type Answers = mpsc::Sender<Result<ReadResponse, RpcStatus>>;
 /// What a read needs of its broker that this crate does not own: the fragment
 /// stores (Python's), the broker's reachability, and the dial and token seams
 /// of calls to peers (as [`crate::append::AppendDeps`] has them). Its methods
-/// are called on the async runtime: none may block for long (a read is never on
-/// an append's acknowledgement path, so taking the GIL briefly is fine).
+/// are called on the async runtime: none may block (what needs Python is asked
+/// for and awaited, as the bridge asks: see `crate::bridge::reads`).
 pub trait ReadHost: Send + Sync + 'static {
     /// The decoded content of stored `fragment` from `offset` on, in chunks of
     /// any size; Err (the text the RPC fails with) when the store fails, or its
     /// object decodes short of or past the fragment's end.
     fn read_stored(&self, fragment: &Fragment, offset: i64) -> BoxStream<Result<Bytes, String>>;
     /// A GET URL of stored `fragment`, signed for `ttl`.
-    fn fragment_url(&self, fragment: &Fragment, ttl: Duration) -> Result<String, String>;
+    fn fragment_url(&self, fragment: &Fragment, ttl: Duration)
+        -> BoxFuture<Result<String, String>>;
     /// A read of `journal` found a hole ending at `hole_end` below the write head:
     /// list its stores now (with back-off). Returns whether a listing was asked
     /// for; [`FragmentIndex::replace_stored`] applies it.
@@ -187,7 +188,11 @@ struct Hooks<'a> {
 }
 
 impl QueryHooks for Hooks<'_> {
-    fn fragment_url(&self, fragment: &Fragment, ttl: Duration) -> Result<String, String> {
+    fn fragment_url(
+        &self,
+        fragment: &Fragment,
+        ttl: Duration,
+    ) -> BoxFuture<Result<String, String>> {
         self.host.fragment_url(fragment, ttl)
     }
     fn on_hole(&self, hole_end: i64) -> bool {

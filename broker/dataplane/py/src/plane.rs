@@ -3,11 +3,14 @@
 //! Python makes one `Plane` beside the front door and the topology, tells it the
 //! broker's local assignments after every keyspace update (before publishing the
 //! update into the topology, so that a journal resolving here finds its replica),
-//! publishes what appends check (index summaries, store health, the lease), and
-//! drains the plane's outbox whenever the plane writes a byte to the pipe it was
-//! given: spool commits for the fragment index, completed fragments for the
-//! persister, and asks it answers with [`Plane::answer`] (see the crate's
-//! `bridge`). The front door serves Append and Replicate natively from
+//! publishes what appends check (store health, the lease, and each store listing
+//! of a journal, into its replica's index: [`Plane::replace_stored`]), and drains
+//! the plane's outbox whenever the plane writes a byte to the pipe it was given:
+//! completed fragments for the persister, asks it answers with [`Plane::answer`],
+//! and the stored fragments reads want, whose chunks it hands over with
+//! [`Plane::stored_chunk`] (see the crate's `bridge`). The replicas' indexes are
+//! the plane's: Python answers ListFragments from them ([`Plane::fragments`]).
+//! The front door serves Append, Replicate and Read natively from
 //! [`Plane::serve`] on.
 
 use std::io::Write;
@@ -15,12 +18,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dataplane::{
-    append::{AppendContext, IndexSummary},
-    bridge::{Ask, Bridge, BridgeConfig, Event, PeerTls},
+    append::AppendContext,
+    bridge::{reads::BridgeReads, Ask, Bridge, BridgeConfig, Event, PeerTls},
     flow::{FlowClock, FlowLimits},
     frontdoor::{Backends, NativeService},
-    protocol::{journal_server::JournalServer, process_spec},
+    protocol::{journal_server::JournalServer, process_spec, Fragment},
     pulse::{self, PulseConfig},
+    read::ReadContext,
     replica::{LocalAssignment, ReplicaConfig, ReplicaSet},
     replicate::Replicator,
     service::NativeJournal,
@@ -30,6 +34,7 @@ use prost::Message;
 use pyo3::{
     exceptions::{PyOSError, PyValueError},
     prelude::*,
+    pybacked::PyBackedBytes,
     types::{PyBytes, PyTuple},
     IntoPyObjectExt,
 };
@@ -83,6 +88,7 @@ pub struct Plane {
     backends: Arc<Backends>,
     bridge: Arc<Bridge>,
     replicas: Arc<ReplicaSet>,
+    reads: ReadContext,
     service: NativeService,
     max_message_size: usize,
 }
@@ -188,6 +194,7 @@ impl Plane {
             auto_suspend,
         };
         let replicas = Arc::new(ReplicaSet::new(bridge.clone(), replica_config));
+        bridge.attach_replicas(&replicas);
         let registry = topology.registry.clone();
         let lease_bridge = bridge.clone();
         let appends = AppendContext {
@@ -199,6 +206,11 @@ impl Plane {
         // Every replica pulses: its primary writes the route into the assignments
         // (what makes the allocator see the journal consistent) before any append.
         pulse::install(&appends, pulse);
+        let read_host = Arc::new(BridgeReads {
+            bridge: bridge.clone(),
+            registry: registry.clone(),
+        });
+        let reads = ReadContext::new(registry.clone(), replicas.clone(), read_host);
         let native = NativeJournal {
             replicator: Arc::new(Replicator {
                 registry: registry.clone(),
@@ -207,7 +219,7 @@ impl Plane {
             }),
             appends: Some(appends),
             gate: backends.gate(),
-            reads: None,
+            reads: Some(reads.clone()),
         };
         // The door refuses larger messages itself (with Python's status and text);
         // tonic's own limit only backs it.
@@ -220,12 +232,13 @@ impl Plane {
             backends,
             bridge,
             replicas,
+            reads,
             service,
             max_message_size,
         })
     }
 
-    /// The front door serves Append and Replicate here from now on.
+    /// The front door serves Append, Replicate and Read here from now on.
     fn serve(&self) {
         self.backends
             .serve_natively(Some((self.service.clone(), self.max_message_size)));
@@ -266,11 +279,12 @@ impl Plane {
     }
 
     /// Everything the plane has for Python, in order, as tuples:
-    /// ("commit", journal, Fragment, SpoolHandle | None);
     /// ("complete", journal, Fragment, SpoolHandle | None, compressed SpoolHandle | None,
     ///  compressed length, confirmed end, continued, at_once, held, LabelSet registers,
     ///  first append time (Unix seconds) | None);
-    /// ("ask", id, kind, journal, a, b, JournalSpec | None). Messages are serialized.
+    /// ("ask", id, kind, journal, a, b, JournalSpec | Fragment | str | None);
+    /// ("read_stored", id, journal, Fragment, offset, credit); ("read_credit", id);
+    /// ("read_cancel", id); ("list_now", journal). Messages are serialized.
     fn drain<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
         let events = self.bridge.drain();
         let mut out = Vec::with_capacity(events.len());
@@ -280,30 +294,77 @@ impl Plane {
         Ok(out)
     }
 
-    /// answer(id, value=None, error=None): Python's answer to ask `id`.
-    #[pyo3(signature = (id, value=None, error=None))]
-    fn answer(&self, id: u64, value: Option<i64>, error: Option<String>) {
-        self.bridge.answer(id, error.map_or(Ok(value), Err));
+    /// answer(id, value=None, error=None, text=None): Python's answer to ask `id`
+    /// (`text` for an ask answered with one: "sign_url").
+    #[pyo3(signature = (id, value=None, error=None, text=None))]
+    fn answer(&self, id: u64, value: Option<i64>, error: Option<String>, text: Option<String>) {
+        match (error, text) {
+            (Some(error), _) => self.bridge.answer(id, Err(error)),
+            (None, Some(text)) => self.bridge.answer_text(id, Ok(text)),
+            (None, None) => self.bridge.answer(id, Ok(value)),
+        }
     }
 
-    /// What the journal's fragment index says now.
-    fn set_index(
+    /// stored_chunk(id, data) -> whether the read still wants chunks: the next
+    /// decoded chunk of stored read `id` (the bytes are kept, not copied).
+    fn stored_chunk(&self, id: u64, data: PyBackedBytes) -> bool {
+        self.bridge.stored_chunk(id, bytes::Bytes::from_owner(data))
+    }
+
+    /// stored_end(id, error=None): stored read `id` reached the fragment's end, or
+    /// failed with `error` (the text its Read RPC fails with).
+    #[pyo3(signature = (id, error=None))]
+    fn stored_end(&self, id: u64, error: Option<String>) {
+        self.bridge.stored_end(id, error);
+    }
+
+    /// replace_stored(journal, fragments): a fresh listing of the journal's stores
+    /// (serialized Fragments, with their backing store and mod time) replaces the
+    /// stored fragments of its replica's index. False: no replica of it here.
+    fn replace_stored(
         &self,
+        py: Python<'_>,
         journal: &str,
-        first_refresh_done: bool,
-        begin: i64,
-        end: i64,
-        mod_time: i64,
-    ) {
-        self.bridge.set_index(
-            journal,
-            IndexSummary {
-                first_refresh_done,
-                begin,
-                end,
-                mod_time,
-            },
-        );
+        fragments: Vec<PyBackedBytes>,
+    ) -> PyResult<bool> {
+        let Some(replica) = self.replicas.get(journal) else {
+            return Ok(false);
+        };
+        py.detach(move || {
+            let listing = fragments
+                .iter()
+                .map(|f| Fragment::decode(&f[..]))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| PyValueError::new_err(format!("listing of {journal}: {e}")))?;
+            replica
+                .index()
+                .replace_stored(listing)
+                .map_err(|e| PyValueError::new_err(e.to_string()))
+        })?;
+        Ok(true)
+    }
+
+    /// fragments(journal) -> every fragment of the journal's index (serialized
+    /// Fragments, local and stored, in offset order), or None without a replica.
+    fn fragments<'py>(&self, py: Python<'py>, journal: &str) -> Option<Vec<Bound<'py, PyBytes>>> {
+        let replica = self.replicas.get(journal)?;
+        let fragments = replica.index().fragments();
+        Some(
+            fragments
+                .iter()
+                .map(|f| PyBytes::new(py, &f.spec.encode_to_vec()))
+                .collect(),
+        )
+    }
+
+    /// mark_skipped(journal, ranges): offset ranges [(begin, end)] the journal
+    /// skipped for good; reads jump them once a later listing is applied.
+    fn mark_skipped(&self, journal: &str, ranges: Vec<(i64, i64)>) -> bool {
+        let Some(replica) = self.replicas.get(journal) else {
+            return false;
+        };
+        replica.index().mark_skipped(&ranges);
+        true
     }
 
     /// The last health check of the store at `url` (None: it passed).
@@ -342,6 +403,9 @@ impl Plane {
     /// seconds; then asks fail. Blocks without the GIL; Python must keep draining
     /// meanwhile from another thread, or call it with `asyncio.to_thread`.
     fn stop(&self, py: Python<'_>, timeout: f64) {
+        // Proxied reads end now (their clients go on through another broker); reads
+        // served here end as their replicas stop.
+        self.reads.stop_proxy_reads();
         let replicas = self.replicas.clone();
         let runtime = self.runtime.clone();
         let timeout = Duration::from_secs_f64(timeout.max(0.0));
@@ -379,11 +443,6 @@ fn handle(file: Option<&Arc<SpoolFile>>) -> Option<SpoolHandle> {
 fn event_tuple<'py>(py: Python<'py>, event: Event) -> PyResult<Bound<'py, PyTuple>> {
     let bytes = |m: &dyn Fn() -> Vec<u8>| PyBytes::new(py, &m());
     match event {
-        Event::Commit { journal, fragment } => {
-            let spec = bytes(&|| fragment.spec.encode_to_vec());
-            let file = handle(fragment.file.as_ref());
-            ("commit", journal, spec, file).into_pyobject(py)
-        }
         Event::Complete {
             journal,
             completed,
@@ -452,8 +511,31 @@ fn event_tuple<'py>(py: Python<'py>, event: Event) -> PyResult<Bound<'py, PyTupl
                     ("head_resumes_at", journal, index_end, 0, none())
                 }
                 Ask::CoverFence { journal, end } => ("cover_fence", journal, end, 0, none()),
+                Ask::SignUrl {
+                    journal,
+                    fragment,
+                    ttl,
+                } => (
+                    "sign_url",
+                    journal,
+                    ttl.as_secs() as i64,
+                    0,
+                    PyBytes::new(py, &fragment.encode_to_vec()).into_any(),
+                ),
             };
             ("ask", id, kind, journal, a, b, spec).into_pyobject(py)
         }
+        Event::ReadStored {
+            id,
+            fragment,
+            offset,
+            credit,
+        } => {
+            let spec = bytes(&|| fragment.encode_to_vec());
+            ("read_stored", id, fragment.journal, spec, offset, credit).into_pyobject(py)
+        }
+        Event::ReadCredit { id } => ("read_credit", id).into_pyobject(py),
+        Event::ReadCancel { id } => ("read_cancel", id).into_pyobject(py),
+        Event::ListNow { journal } => ("list_now", journal).into_pyobject(py),
     }
 }

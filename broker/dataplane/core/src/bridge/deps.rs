@@ -109,23 +109,29 @@ impl AppendDeps for Bridge {
         Box::pin(async move { asked.await.err() })
     }
 
+    /// What the replica's own index says: its spool's commits, and the last store
+    /// listing Python published into it.
     fn index(&self, journal: &str) -> IndexSummary {
-        lock(&self.index)
-            .get(journal)
-            .map(|tx| *tx.borrow())
-            .unwrap_or_default()
+        let Some(index) = self.replica_index(journal) else {
+            return IndexSummary::default();
+        };
+        let (begin, end, mod_time) = index.summary();
+        IndexSummary {
+            first_refresh_done: index.first_refresh_done(),
+            begin,
+            end,
+            mod_time,
+        }
     }
 
+    /// Until Python published a first store listing into the replica's index (at
+    /// once without a replica: the append resolves again, and finds none).
     fn wait_first_refresh(&self, journal: &str) -> BoxFuture<()> {
-        let mut rx = {
-            let mut index = lock(&self.index);
-            index
-                .entry(journal.to_owned())
-                .or_insert_with(|| watch::Sender::new(IndexSummary::default()))
-                .subscribe()
-        };
+        let index = self.replica_index(journal);
         Box::pin(async move {
-            let _ = rx.wait_for(|s| s.first_refresh_done).await;
+            if let Some(index) = index {
+                index.wait_first_refresh().await;
+            }
         })
     }
 

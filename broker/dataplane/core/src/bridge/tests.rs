@@ -1,7 +1,7 @@
 use std::sync::atomic::AtomicUsize;
 
 use super::*;
-use crate::append::AppendDeps;
+use crate::append::{AppendDeps, IndexSummary};
 use crate::protocol::{Fragment, JournalSpec};
 use crate::spool::files::SpoolFile;
 
@@ -43,9 +43,9 @@ fn ends(events: &[Event]) -> Vec<(&'static str, i64)> {
     events
         .iter()
         .map(|e| match e {
-            Event::Commit { fragment, .. } => ("commit", fragment.spec.end),
             Event::Complete { completed, .. } => ("complete", completed.end()),
             Event::Ask { .. } => ("ask", 0),
+            _ => ("read", 0),
         })
         .collect()
 }
@@ -61,50 +61,19 @@ fn completed(f: LocalFragment) -> Completed {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn commits_coalesce_and_wake_python_once_per_linger() {
+#[test]
+fn commits_tell_python_nothing_and_a_completion_wakes_it_at_once() {
     let (b, wakes) = bridge();
     let f = file();
     for end in [10, 20, 30] {
         b.spool_commit("a/journal", fragment(0, end, &f));
     }
-    assert_eq!(wakes.load(Ordering::SeqCst), 0, "commits linger");
-    tokio::time::sleep(COMMIT_LINGER * 2).await;
-    assert_eq!(wakes.load(Ordering::SeqCst), 1);
-    assert_eq!(ends(&b.drain()), vec![("commit", 30)]);
-    assert!(b.drain().is_empty());
-    b.spool_commit("a/journal", fragment(0, 40, &f));
-    // A completion wakes Python at once, and carries the waiting commit with it.
-    b.spool_complete("a/journal", completed(fragment(0, 40, &f)), true, false);
-    assert_eq!(wakes.load(Ordering::SeqCst), 2);
-    assert_eq!(ends(&b.drain()), vec![("commit", 40), ("complete", 40)]);
-    tokio::time::sleep(COMMIT_LINGER * 2).await;
-    assert_eq!(
-        wakes.load(Ordering::SeqCst),
-        2,
-        "nothing left for the linger to wake for"
-    );
-}
-
-#[test]
-fn every_fragments_last_commit_reaches_python_before_its_completion() {
-    let (b, _) = bridge();
-    let (f1, f2) = (file(), file());
-    b.spool_commit("a/journal", fragment(0, 10, &f1));
-    b.spool_commit("a/journal", fragment(0, 20, &f1));
-    // A roll: the next fragment's commit must not hide the last one of the first.
-    b.spool_commit("a/journal", fragment(20, 25, &f2));
-    b.spool_complete("a/journal", completed(fragment(0, 20, &f1)), true, false);
-    b.spool_commit("a/journal", fragment(20, 30, &f2));
-    assert_eq!(
-        ends(&b.drain()),
-        vec![
-            ("commit", 20),
-            ("commit", 25),
-            ("complete", 20),
-            ("commit", 30)
-        ]
-    );
+    assert_eq!(wakes.load(Ordering::SeqCst), 0);
+    assert!(b.drain().is_empty(), "the replica's index has them");
+    b.spool_complete("a/journal", completed(fragment(0, 30, &f)), true, false);
+    b.spool_complete("a/journal", completed(fragment(30, 40, &f)), true, false);
+    assert_eq!(wakes.load(Ordering::SeqCst), 1, "once until drained");
+    assert_eq!(ends(&b.drain()), vec![("complete", 30), ("complete", 40)]);
 }
 
 #[tokio::test]
@@ -294,36 +263,73 @@ fn store_health_and_the_index_are_read_as_published() {
         b.store_healthy(&JournalSpec::default()),
         "no store: nothing to check"
     );
+}
 
-    assert_eq!(b.index("a/journal"), IndexSummary::default());
+fn assigned(journal: &str) -> crate::replica::LocalAssignment {
+    crate::replica::LocalAssignment {
+        journal: journal.into(),
+        primary: false,
+        create_revision: 1,
+        lease: 7,
+        members: vec![],
+    }
+}
+
+#[tokio::test]
+async fn appends_read_the_index_of_the_journals_replica() {
+    let (b, _) = bridge();
+    let replicas = Arc::new(ReplicaSet::new(b.clone(), Default::default()));
+    assert_eq!(b.index("a/journal"), IndexSummary::default(), "unattached");
+    b.attach_replicas(&replicas);
+    replicas.update(vec![assigned("a/journal")]);
+    let index = replicas.get("a/journal").unwrap().index().clone();
+
+    // Its first listing is what the append waits for.
+    let waiting = b.wait_first_refresh("a/journal");
+    let stored = Fragment {
+        journal: "a/journal".into(),
+        begin: 0,
+        end: 40,
+        mod_time: 5,
+        backing_store: "s3://bucket/".into(),
+        ..Fragment::default()
+    };
+    let publisher = index.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        publisher.replace_stored(vec![stored]).unwrap();
+    });
+    tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .unwrap();
     let summary = IndexSummary {
         first_refresh_done: true,
         begin: 0,
         end: 40,
         mod_time: 5,
     };
-    b.set_index("a/journal", summary);
     assert_eq!(b.index("a/journal"), summary);
-    b.replica_gone("a/journal");
+    // A commit of its spool counts at once (a local fragment: dirty, mod time 0).
+    index.spool_commit(fragment(40, 50, &file()));
+    assert_eq!(
+        b.index("a/journal"),
+        IndexSummary {
+            end: 50,
+            mod_time: 0,
+            ..summary
+        }
+    );
+    // A journal with no replica here has an empty index, and nothing to wait for.
+    assert_eq!(b.index("other/journal"), IndexSummary::default());
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        b.wait_first_refresh("other/journal"),
+    )
+    .await
+    .unwrap();
+    replicas.update(vec![]);
     assert_eq!(b.index("a/journal"), IndexSummary::default());
-}
-
-#[tokio::test]
-async fn waiting_for_the_first_listing_ends_when_python_publishes_it() {
-    let (b, _) = bridge();
-    let waiting = b.wait_first_refresh("a/journal");
-    let publisher = b.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        publisher.set_index(
-            "a/journal",
-            IndexSummary {
-                first_refresh_done: true,
-                ..IndexSummary::default()
-            },
-        );
-    });
-    tokio::time::timeout(Duration::from_secs(5), waiting)
+    tokio::time::timeout(Duration::from_secs(5), replicas.stop_all())
         .await
         .unwrap();
 }

@@ -11,7 +11,11 @@ pub type NativeService =
     crate::protocol::journal_server::JournalServer<crate::service::NativeJournal>;
 
 /// RPCs the front door hands to the native service rather than to Python.
-pub const NATIVE_PATHS: [&str; 2] = ["/protocol.Journal/Append", "/protocol.Journal/Replicate"];
+pub const NATIVE_PATHS: [&str; 3] = [
+    "/protocol.Journal/Append",
+    "/protocol.Journal/Replicate",
+    "/protocol.Journal/Read",
+];
 
 /// Serves `req` with the native service. Its messages are checked on their way as
 /// forwarded ones are (a malformed one is INVALID_ARGUMENT), and so are their sizes

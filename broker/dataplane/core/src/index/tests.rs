@@ -45,8 +45,9 @@ struct Hooks {
 }
 
 impl QueryHooks for Hooks {
-    fn fragment_url(&self, f: &Fragment, ttl: Duration) -> Result<String, String> {
-        Ok(format!("signed:{}-{}:{}", f.begin, f.end, ttl.as_secs()))
+    fn fragment_url(&self, f: &Fragment, ttl: Duration) -> BoxFuture<Result<String, String>> {
+        let url = format!("signed:{}-{}:{}", f.begin, f.end, ttl.as_secs());
+        Box::pin(async move { Ok(url) })
     }
     fn on_hole(&self, hole_end: i64) -> bool {
         self.holes.lock().unwrap().push(hole_end);
@@ -141,8 +142,8 @@ async fn stored_fragments_carry_a_signed_url() {
     // A URL that cannot be signed fails the query with the signer's words.
     struct Refuses;
     impl QueryHooks for Refuses {
-        fn fragment_url(&self, _: &Fragment, _: Duration) -> Result<String, String> {
-            Err("no such store".into())
+        fn fragment_url(&self, _: &Fragment, _: Duration) -> BoxFuture<Result<String, String>> {
+            Box::pin(async { Err("no such store".into()) })
         }
         fn on_hole(&self, _: i64) -> bool {
             false

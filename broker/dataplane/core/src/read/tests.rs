@@ -53,8 +53,9 @@ impl ReadHost for FakeHost {
         }
         Box::pin(futures_util::stream::iter(chunks))
     }
-    fn fragment_url(&self, f: &Fragment, ttl: Duration) -> Result<String, String> {
-        Ok(format!("signed:{}-{}:{}", f.begin, f.end, ttl.as_secs()))
+    fn fragment_url(&self, f: &Fragment, ttl: Duration) -> BoxFuture<Result<String, String>> {
+        let url = format!("signed:{}-{}:{}", f.begin, f.end, ttl.as_secs());
+        Box::pin(async move { Ok(url) })
     }
     fn on_hole(&self, _: &str, hole_end: i64) -> bool {
         self.holes.lock().unwrap().push(hole_end);

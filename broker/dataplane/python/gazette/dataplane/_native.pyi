@@ -75,7 +75,7 @@ class SpoolHandle:
         """Remove a recoverable file's names (readers keep the file)."""
 
 class Plane:
-    """The native data plane's appends and replication (see gazette.broker.server.native)."""
+    """The native data plane's appends, replication and reads (see gazette.broker.server.native)."""
 
     def __init__(
         self,
@@ -100,19 +100,29 @@ class Plane:
         peer_key_file: str | None = None,
     ) -> None: ...
     def serve(self) -> None:
-        """The front door serves Append and Replicate here from now on."""
+        """The front door serves Append, Replicate and Read here from now on."""
     def update_local(
         self, assignments: list[tuple[str, bool, int, int, list[tuple[str, str]]]]
     ) -> list[str]:
         """Reconcile replicas with (journal, primary, create revision, lease, members)."""
     def drain(self) -> list[tuple[Any, ...]]:
         """Everything the outbox holds, in order (see the module documentation)."""
-    def answer(self, id: int, value: int | None = None, error: str | None = None) -> None:
-        """Python's answer to an ask."""
-    def set_index(
-        self, journal: str, first_refresh_done: bool, begin: int, end: int, mod_time: int
+    def answer(
+        self, id: int, value: int | None = None, error: str | None = None, text: str | None = None
     ) -> None:
-        """What the journal's fragment index says now."""
+        """Python's answer to an ask (``text`` for one answered with a text: ``sign_url``)."""
+    def stored_chunk(self, id: int, data: bytes) -> bool:
+        """The next decoded chunk of stored read ``id``; False once the read is over."""
+    def stored_end(self, id: int, error: str | None = None) -> None:
+        """Stored read ``id`` reached the fragment's end, or failed with ``error``."""
+    def replace_stored(self, journal: str, fragments: list[bytes]) -> bool:
+        """A store listing (serialized Fragments) replaces the stored fragments of the
+        journal's index in the plane; False when no replica of it is here."""
+    def fragments(self, journal: str) -> list[bytes] | None:
+        """Every fragment of the journal's index in the plane (serialized, in offset
+        order), or None when no replica of it is here."""
+    def mark_skipped(self, journal: str, ranges: list[tuple[int, int]]) -> bool:
+        """Offset ranges the journal skipped for good (reads jump them after a listing)."""
     def set_store_health(self, url: str, failure: str | None = None) -> None:
         """The last health check of a store (None: it passed)."""
     def set_lease(self, valid_for: float | None, cut_off: str | None = None) -> None:

@@ -237,6 +237,11 @@ class Index:
             self._skipped_listed = False
             self._wake()
 
+    @property
+    def skipped(self) -> tuple[tuple[int, int], ...]:
+        """The offset ranges marked skipped for good, sorted."""
+        return self._skipped
+
     def _within_skipped(self, begin: int, end: int) -> bool:
         return any(b <= begin and end <= e for b, e in self._skipped)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import grpc
@@ -22,10 +22,10 @@ import grpc
 from gazette import keyspace
 from gazette.allocator import routes
 from gazette.broker import protocol as pb
+from gazette.broker.fragment import cover_set, stores
 from gazette.broker.fragment import errors as frag_errors
-from gazette.broker.fragment import stores
 from gazette.broker.protocol import auth
-from gazette.broker.server import errors, metrics, service
+from gazette.broker.server import errors, metrics, replica, service
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ async def list_fragments(
         )
         return proxied
 
-    fragments = await res.replica.index.inspect()
+    fragments = await _fragments(svc, res.replica)
     begins = [f.begin for f in fragments]
     nxt = bisect.bisect_left(begins, req.next_page_token)
     ttl = pb.duration_seconds(req.signatureTTL) if req.HasField("signatureTTL") else None
@@ -227,6 +227,23 @@ async def list_fragments(
             out_f.signed_url = svc.registry.sign_get_url(f.spec, ttl)
     resp.next_page_token = fragments[nxt].begin if nxt < len(fragments) else 0
     return resp
+
+
+async def _fragments(
+    svc: service.Service, rep: replica.Replica
+) -> cover_set.CoverSet | Sequence[cover_set.Fragment]:
+    """Every fragment of the replica's journal, once its first store listing is in.
+
+    With the native data plane, the plane's index of the journal has them (its
+    spool's commits never reach Python's index, which holds listings alone).
+    """
+    if svc.native is None:
+        return await rep.index.inspect()
+    await rep.index.wait_first_refresh()  # The plane's index gets each listing with it.
+    fragments = svc.native.fragments(rep.journal)
+    if fragments is None:
+        raise errors.ReplicaStopped(rep.journal)
+    return fragments
 
 
 async def store_health(

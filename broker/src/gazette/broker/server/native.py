@@ -1,19 +1,27 @@
 """The Python side of the native data plane (``gazette.dataplane.Plane``).
 
-The broker's Append and Replicate RPCs, its spools, pipelines, flow control and
-pulses run in the Rust data plane, on its own threads;
+The broker's Append, Replicate and Read RPCs, its spools, pipelines, flow control,
+pulses and fragment indexes run in the Rust data plane, on its own threads;
 this module is what the plane needs of the Python control plane, and it is never on
 the path of an acknowledgement:
 
 * :meth:`NativeHost.update_local` tells the plane, after every keyspace update and
   before the topology is published, which journals are assigned here (so that a
   journal resolving here finds its replica);
-* :meth:`NativeHost.publish_index`, :meth:`publish_store_health` and
-  :meth:`publish_lease` publish ahead of time what an append checks on its way;
-* the plane's *outbox* is drained when it writes a byte to our pipe: spool commits
-  go to the journal's fragment index (reads are served from it), completed
-  fragments to the persister, and *asks* (etcd transactions, store listings,
-  fences) are answered in tasks of their own (see the crate's ``bridge``).
+* :meth:`NativeHost.publish` and :meth:`publish_lease` publish ahead of time what
+  an append checks on its way, and :meth:`NativeHost.publish_listing` each store
+  listing of a journal (and the ranges it skipped for good) into the index of its
+  replica in the plane. That index, fed by the replica's spool, is the journal's:
+  reads are served from it, appends check its extent, and ListFragments answers
+  from it (:meth:`NativeHost.fragments`), so commits never reach Python;
+* the plane's *outbox* is drained when it writes a byte to our pipe: completed
+  fragments go to the persister, and *asks* (etcd transactions, store listings,
+  fences, URLs to sign) are answered in tasks of their own (see the crate's
+  ``bridge``);
+* a read of a stored fragment has us read it from its store (the stores and
+  their codecs are ours) and hand its decoded chunks to the plane, never more
+  than the read's credit ahead of it (:class:`_StoredRead`); a read of a hole
+  below the write head has us list the journal's stores now.
 
 Spool files stay the plane's: Python reads and uploads them through descriptors of
 its own (``SpoolHandle.dup``), and removes a recoverable file's names once it is
@@ -27,14 +35,14 @@ import contextlib
 import datetime
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gazette import allocator
 from gazette.broker import protocol as pb
-from gazette.broker.fragment import cover_set, files, index, spool, stores
+from gazette.broker.fragment import cover_set, files, index, reader, spool, stores
 from gazette.broker.protocol import dial
-from gazette.broker.server import config, metrics
+from gazette.broker.server import config, errors, read_api
 
 if TYPE_CHECKING:
     from gazette.dataplane import Plane, SpoolHandle
@@ -61,13 +69,14 @@ class Host(Protocol):
         """The primary stores of the journals served here (appends check their health)."""
         ...
 
-    def local_index(self, journal: str) -> index.Index | None: ...
-    def primary_here(self, journal: str) -> bool:
-        """Whether this broker is the journal's primary (its gauges are the primary's)."""
+    def spool_complete(self, sp: spool.Spool, primary: bool, *, held: bool = False) -> None: ...
+    def list_now(self, journal: str) -> None:
+        """List the journal's stores now (a read found a hole below its write head)."""
         ...
 
-    def spool_complete(self, sp: spool.Spool, primary: bool, *, held: bool = False) -> None: ...
-    async def answer_ask(self, kind: str, journal: str, a: int, b: int, extra: Any) -> int | None:
+    async def answer_ask(
+        self, kind: str, journal: str, a: int, b: int, extra: Any
+    ) -> int | str | None:
         """Python's answer to an ask of the plane (see the crate's ``bridge.Ask``)."""
         ...
 
@@ -83,6 +92,27 @@ class _NoObserver:
 
 
 _NO_OBSERVER = _NoObserver()
+
+
+class _StoredRead:
+    """A stored fragment a read of the plane wants: how many chunks may go before
+    the read takes one (``credit``), and the task that reads them from the store."""
+
+    def __init__(self, credit: int) -> None:
+        self.credit = credit
+        self.more = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def grant(self) -> None:
+        self.credit += 1
+        self.more.set()
+
+    async def spend(self) -> None:
+        """Wait for credit, and take one."""
+        while self.credit == 0:
+            self.more.clear()
+            await self.more.wait()
+        self.credit -= 1
 
 
 def local_assignments(
@@ -162,9 +192,8 @@ class NativeHost:
         os.set_blocking(self._read_fd, False)
         os.set_blocking(self._write_fd, False)
         self.plane = make_plane(self._write_fd)
-        # The file of each journal's latest commit: (serial, our descriptor of it).
-        self._files: dict[str, tuple[int, files.SpoolFile]] = {}
         self._asks: set[asyncio.Task[None]] = set()
+        self._stored: dict[int, _StoredRead] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
@@ -191,19 +220,35 @@ class NativeHost:
             self._loop.remove_reader(self._read_fd)
         for task in self._asks:
             task.cancel()
+        self._stored.clear()
         for fd in (self._read_fd, self._write_fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        self._files.clear()
 
     # -- Publishing ---------------------------------------------------------------------
 
     def update_local(self, state: allocator.State) -> None:
         self.plane.update_local(local_assignments(state))
 
-    def publish_index(self, journal: str, idx: index.Index) -> None:
-        begin, end, mod_time = idx.summary()
-        self.plane.set_index(journal, idx.first_refresh_done, begin, end, mod_time)
+    def publish_listing(self, journal: str, idx: index.Index) -> None:
+        """A store listing was applied to ``idx``: the plane's index of the journal
+        takes it too, after the ranges the journal skipped for good (a listing
+        applied after them lets reads jump them)."""
+        listing = [f.spec.SerializeToString() for f in idx.listed_remote()]
+        try:
+            if idx.skipped:
+                self.plane.mark_skipped(journal, list(idx.skipped))
+            self.plane.replace_stored(journal, listing)
+        except ValueError:  # A listing the plane refuses must not stop the refreshes.
+            log.exception("journal %s: the data plane refused its store listing", journal)
+
+    def fragments(self, journal: str) -> list[cover_set.Fragment] | None:
+        """Every fragment of the journal's index in the plane, local and stored, in
+        offset order (None: no replica of it here)."""
+        specs = self.plane.fragments(journal)
+        if specs is None:
+            return None
+        return [cover_set.Fragment(pb.Fragment.FromString(spec)) for spec in specs]
 
     def publish_lease(self, valid_for: float | None, cut_off: str | None) -> None:
         self.plane.set_lease(valid_for, cut_off)
@@ -225,44 +270,27 @@ class NativeHost:
                 pass
         if self._closed:
             return
-        grown: set[str] = set()
         for event in self.plane.drain():
             kind = event[0]
             try:
-                if kind == "commit":
-                    # (The plane knows its own spools: the index summary it reads
-                    # matters for what stores hold, published on listings.)
-                    self._commit(event[1], event[2], event[3])
-                elif kind == "complete":
+                if kind == "complete":
                     self._complete(*event[1:])
-                    grown.add(event[1])
+                elif kind == "read_credit":
+                    reading = self._stored.get(event[1])
+                    if reading is not None:
+                        reading.grant()
+                elif kind == "read_cancel":
+                    reading = self._stored.pop(event[1], None)
+                    if reading is not None and reading.task is not None:
+                        reading.task.cancel()
+                elif kind == "read_stored":
+                    self._read_stored(event[1], event[2], event[3], event[4], event[5])
+                elif kind == "list_now":
+                    self.host.list_now(event[1])
                 else:
                     self._ask(event[1], event[2], event[3], event[4], event[5], event[6])
             except Exception:  # One bad event must not stop the others.
                 log.exception("data plane event %s of %s failed", kind, event[1])
-        for journal in grown:
-            idx = self.host.local_index(journal)
-            if idx is not None:
-                self.publish_index(journal, idx)
-
-    def _file(self, journal: str, handle: SpoolHandle | None) -> files.SpoolFile | None:
-        if handle is None:
-            return None
-        known = self._files.get(journal)
-        if known is not None and known[0] == handle.serial:
-            return known[1]
-        f = files.SpoolFile(handle.dup())
-        self._files[journal] = (handle.serial, f)
-        return f
-
-    def _commit(self, journal: str, spec: bytes, handle: SpoolHandle | None) -> None:
-        idx = self.host.local_index(journal)
-        if idx is None:
-            return  # Not (or no longer) ours: its commits don't matter to reads here.
-        fragment = pb.Fragment.FromString(spec)
-        if self.host.primary_here(journal):
-            metrics.write_head.labels(journal).set(fragment.end)
-        idx.spool_commit(cover_set.Fragment(fragment, self._file(journal, handle)))
 
     def _complete(
         self,
@@ -294,18 +322,53 @@ class NativeHost:
         sp.registers = pb.LabelSet.FromString(registers)
         if first_append_time is not None:
             sp.first_append_time = datetime.datetime.fromtimestamp(first_append_time, datetime.UTC)
-        idx = self.host.local_index(journal)
-        if idx is not None and sp.file is not None:
-            # Its last commit, if the index missed it (commits coalesce).
-            idx.spool_commit(cover_set.Fragment(sp.spec, self._file(journal, handle)))
         self.host.spool_complete(sp, at_once, held=held)
 
     def _ask(self, id: int, kind: str, journal: str, a: int, b: int, extra: Any) -> None:
-        task = asyncio.get_running_loop().create_task(
-            self._answer(id, kind, journal, a, b, extra), name=f"{kind} {journal}"
-        )
-        self._asks.add(task)
+        self._spawn(self._answer(id, kind, journal, a, b, extra), f"{kind} {journal}")
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._asks.add(task)  # Cancelled on close.
         task.add_done_callback(self._asks.discard)
+        return task
+
+    def _read_stored(self, id: int, journal: str, spec: bytes, offset: int, credit: int) -> None:
+        reading = _StoredRead(credit)
+        self._stored[id] = reading
+        fragment = pb.Fragment.FromString(spec)
+        reading.task = self._spawn(
+            self._send_stored(id, fragment, offset, reading), f"stored read of {journal}"
+        )
+
+    async def _send_stored(
+        self, id: int, fragment: pb.Fragment, offset: int, reading: _StoredRead
+    ) -> None:
+        """Read ``fragment`` from its store from ``offset`` on, into stored read ``id``.
+
+        The next chunk is read while the plane sends the ones it has (as
+        read_api reads ahead), and handed over once the read has credit for it.
+        """
+        chunks = reader.read_fragment(
+            self.host.registry, fragment, offset, block_size=read_api.READ_CHUNK_SIZE
+        )
+        try:
+            async for chunk in chunks:
+                await reading.spend()
+                if self._closed or not self.plane.stored_chunk(id, chunk):
+                    return  # The read is over: its client went, or it has enough.
+        except Exception as e:  # noqa: BLE001  # the read fails with it, as Python's would
+            if not self._closed:
+                self.plane.stored_end(id, errors.grpc_status_of(e)[1])
+            return
+        finally:
+            self._stored.pop(id, None)
+            # Lets go of the store's object now, not when the generator is collected.
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        if not self._closed:
+            self.plane.stored_end(id)
 
     async def _answer(self, id: int, kind: str, journal: str, a: int, b: int, extra: Any) -> None:
         try:
@@ -317,5 +380,9 @@ class NativeHost:
             if not self._closed:
                 self.plane.answer(id, error=str(e) or type(e).__name__)
             return
-        if not self._closed:
+        if self._closed:
+            return
+        if isinstance(value, str):
+            self.plane.answer(id, text=value)
+        else:
             self.plane.answer(id, value)

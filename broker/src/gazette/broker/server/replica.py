@@ -58,7 +58,8 @@ class ReplicaHost(Protocol):
         ...
 
     def index_changed(self, replica: Replica) -> None:
-        """The replica's index changed (a listing): the data plane reads its summary."""
+        """A store listing was applied to the replica's index: the data plane
+        takes it (its own index serves reads) and the summary its appends check."""
         ...
 
 
@@ -152,13 +153,21 @@ class Replica:
         else:
             backoff = HOLE_LISTING_BACKOFF
         self._hole = (hole_end, backoff, now + backoff)
+        self.list_for_hole()
+        return True
+
+    def list_for_hole(self) -> None:
+        """A read found a hole below the write head: list the stores now.
+
+        Called by :meth:`_on_hole`, and for reads the native data plane serves
+        (it backs off as :meth:`_on_hole` does, and its index takes the listing).
+        """
         self.refresh_now()
         # The hole may be a range the journal skipped for good: ask etcd as well.
         if self._skipped_lookup is None or self._skipped_lookup.done():
             self._skipped_lookup = asyncio.get_running_loop().create_task(
                 self._look_up_skipped(), name=f"skipped ranges of {self.journal}"
             )
-        return True
 
     async def _look_up_skipped(self) -> None:
         try:

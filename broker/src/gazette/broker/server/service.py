@@ -29,7 +29,7 @@ from gazette import allocator
 from gazette.allocator import keys as alloc_keys
 from gazette.allocator import txn
 from gazette.broker import protocol as pb
-from gazette.broker.fragment import index, persister, spool, stores
+from gazette.broker.fragment import persister, spool, stores
 from gazette.broker.protocol import auth, dial
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
 from gazette.broker.server import (
@@ -441,21 +441,26 @@ class Service:
                 urls.update(spec.fragment.stores[:1])
         return urls
 
-    def local_index(self, journal: str) -> index.Index | None:
-        rep = self.replicas.get(journal)
-        return None if rep is None else rep.index
-
-    def primary_here(self, journal: str) -> bool:
-        rep = self.replicas.get(journal)
-        return rep is not None and rep.primary
-
     def index_changed(self, rep: replica.Replica) -> None:
-        """The replica's index changed (a listing, a commit): the data plane reads it."""
+        """A store listing was applied to the replica's index: the data plane's index
+        of the journal (which reads, appends and ListFragments use) takes it."""
         if self.native is not None:
-            self.native.publish_index(rep.journal, rep.index)
+            self.native.publish_listing(rep.journal, rep.index)
 
-    async def answer_ask(self, kind: str, journal: str, a: int, b: int, extra: Any) -> int | None:
+    def list_now(self, journal: str) -> None:
+        """A read served by the data plane found a hole below the write head (it
+        backs off itself): list the journal's stores now."""
+        rep = self.replicas.get(journal)
+        if rep is not None:
+            rep.list_for_hole()
+
+    async def answer_ask(
+        self, kind: str, journal: str, a: int, b: int, extra: Any
+    ) -> int | str | None:
         """Answers an ask of the native data plane (see the crate's ``bridge.Ask``)."""
+        if kind == "sign_url":
+            # A read's metadata response: the URL of a stored fragment, for ``a`` seconds.
+            return self.registry.sign_get_url(pb.Fragment.FromString(bytes(extra)), float(a))
         if kind in ("update_assignments", "update_journal_spec"):
             # As read through the revision the append resolved at, or later.
             await self.observed.ks.wait_for_revision(a)
