@@ -19,7 +19,7 @@ import pytest
 
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import cover_set, index, spool, stores
-from gazette.broker.server import native, read_api
+from gazette.broker.server import metrics, native, read_api
 
 
 class FakeHandle:
@@ -53,6 +53,7 @@ class FakeHandle:
 
 class FakePlane:
     def __init__(self, wake_fd: int) -> None:
+        self.heads: list[tuple[str, int]] = []
         self.wake_fd = wake_fd
         self.outbox: list[tuple[Any, ...]] = []
         self.answers: dict[int, tuple[int | str | None, str | None]] = {}
@@ -105,6 +106,9 @@ class FakePlane:
 
     def set_lease(self, valid_for: float | None, cut_off: str | None = None) -> None:
         pass
+
+    def write_heads(self) -> list[tuple[str, int]]:
+        return list(self.heads)
 
     def flush_all(self) -> None:
         pass
@@ -330,3 +334,16 @@ async def test_holes_and_listings_pass_between_the_plane_and_the_index(hosted: A
     listed = nh.fragments("a/journal")
     assert [(f.begin, f.end) for f in listed] == [(0, 5), (5, 9)]
     assert nh.fragments("other/journal") is None
+
+
+async def test_the_write_heads_of_our_primaries_are_gauged(hosted: Any) -> None:
+    nh, plane, _ = hosted
+    plane.heads = [("a/journal", 11), ("b/journal", 3)]
+    heads = nh._gauge_write_heads(set())
+    assert heads == {"a/journal", "b/journal"}
+    assert metrics.write_head.labels("a/journal")._value.get() == 11
+    # No longer our primary: its gauge goes, as Gazette's primaries keep only theirs.
+    plane.heads = [("a/journal", 12)]
+    assert nh._gauge_write_heads(heads) == {"a/journal"}
+    assert metrics.write_head.labels("a/journal")._value.get() == 12
+    assert ("b/journal",) not in metrics.write_head._metrics

@@ -383,6 +383,11 @@ impl Plane {
         self.bridge.set_lease(valid_for, cut_off);
     }
 
+    /// [(journal, write head)] of the journals this broker is primary of.
+    fn write_heads(&self) -> Vec<(String, i64)> {
+        self.replicas.write_heads()
+    }
+
     /// Dial the peer at `endpoint` afresh from now on (it stopped answering).
     fn forget_peer(&self, endpoint: &str) {
         self.bridge.forget_peer(endpoint);

@@ -155,6 +155,17 @@ impl ReplicaSet {
         changed
     }
 
+    /// (journal, write head) of each journal this broker is primary of: where its
+    /// replica's index ends (its spool's last commit, or the stores' end).
+    pub fn write_heads(&self) -> Vec<(String, i64)> {
+        lock(&self.state)
+            .replicas
+            .values()
+            .filter(|(rep, _)| rep.is_primary())
+            .map(|(rep, _)| (rep.journal().to_owned(), rep.index().end_offset()))
+            .collect()
+    }
+
     /// Asks every replica to roll its spool soon, handing what it holds to the
     /// persister (the broker's lease is in doubt).
     pub fn request_flush_all(&self) {

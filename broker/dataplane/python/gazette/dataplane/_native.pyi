@@ -127,6 +127,8 @@ class Plane:
         """The last health check of a store (None: it passed)."""
     def set_lease(self, valid_for: float | None, cut_off: str | None = None) -> None:
         """How long our lease is surely valid from now; why we are cut off, if we are."""
+    def write_heads(self) -> list[tuple[str, int]]:
+        """(journal, write head) of the journals this broker is primary of."""
     def forget_peer(self, endpoint: str) -> None:
         """Dial the peer at ``endpoint`` afresh from now on (it stopped answering)."""
     def flush_all(self) -> None:

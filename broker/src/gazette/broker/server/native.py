@@ -42,7 +42,7 @@ from gazette import allocator
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import cover_set, files, index, reader, spool, stores
 from gazette.broker.protocol import dial
-from gazette.broker.server import config, errors, read_api
+from gazette.broker.server import config, errors, metrics, read_api
 
 if TYPE_CHECKING:
     from gazette.dataplane import Plane, SpoolHandle
@@ -254,13 +254,28 @@ class NativeHost:
         self.plane.set_lease(valid_for, cut_off)
 
     async def publish(self) -> None:
-        """Keep the lease and the served stores' health current in the plane."""
+        """Keep the lease and the served stores' health current in the plane, and the
+        write-head gauges of our primaries current from it."""
+        heads: set[str] = set()
         while True:
             self.host.publish_lease()
             for url in self.host.served_stores():
                 _, err = self.host.registry.get(url).health_status()
                 self.plane.set_store_health(url, None if err is None else str(err))
+            heads = self._gauge_write_heads(heads)
             await asyncio.sleep(PUBLISH_INTERVAL)
+
+    def _gauge_write_heads(self, before: set[str]) -> set[str]:
+        """Set ``gazette_write_head`` of each journal we are primary of (as Gazette's
+        primaries do), dropping those we no longer are; returns the journals set."""
+        now = set()
+        for journal, head in self.plane.write_heads():
+            metrics.write_head.labels(journal).set(head)
+            now.add(journal)
+        for journal in before - now:
+            with contextlib.suppress(KeyError):
+                metrics.write_head.remove(journal)
+        return now
 
     # -- The outbox ---------------------------------------------------------------------
 
