@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 use dataplane::client::{self, ClientTls, Dialer, Outcome, ReadItem, Sent};
-use dataplane::protocol::{AppendRequest, ReadRequest};
+use dataplane::protocol::{AppendRequest, AppendResponse, ReadRequest};
 use prost::Message;
 use pyo3::{
     exceptions::PyValueError,
@@ -73,11 +73,24 @@ fn settle(
     });
 }
 
-/// What Python gets of an outcome: the AppendResponse serialized, or the failure's
-/// (gRPC status code, message).
-fn outcome_value(py: Python<'_>, outcome: Outcome) -> PyResult<Bound<'_, PyAny>> {
+/// An outcome with its response validated (off the GIL) as Python's `pb.validate`
+/// would validate it: Err holds the reason, word for word.
+type Checked = Result<Result<AppendResponse, String>, client::Failure>;
+
+fn check(outcome: Outcome) -> Checked {
+    outcome.map(|response| {
+        dataplane::validation::validate_append_response(&response)
+            .map(|()| response)
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// What Python gets of an outcome: the AppendResponse serialized, why it is
+/// invalid (str), or the failure's (gRPC status code, message).
+fn outcome_value(py: Python<'_>, outcome: Checked) -> PyResult<Bound<'_, PyAny>> {
     match outcome {
-        Ok(response) => Ok(PyBytes::new(py, &response.encode_to_vec()).into_any()),
+        Ok(Ok(response)) => Ok(PyBytes::new(py, &response.encode_to_vec()).into_any()),
+        Ok(Err(invalid)) => invalid.into_bound_py_any(py),
         Err(failure) => (failure.code as i32, failure.message).into_bound_py_any(py),
     }
 }
@@ -237,12 +250,13 @@ impl AppendCall {
         lock(&self.call).ended()
     }
 
-    /// Settles `future` with the outcome: the serialized AppendResponse, or a
-    /// failure's (gRPC status code, message).
+    /// Settles `future` with the outcome: the serialized AppendResponse (valid),
+    /// why the response is invalid (str), or a failure's (gRPC status code, message).
     fn outcome(&self, py: Python<'_>, event_loop: Py<PyAny>, future: Py<PyAny>) {
         let resolve = self.resolve.clone_ref(py);
         lock(&self.call).on_outcome(move |outcome| {
-            settle(resolve, event_loop, future, |py| outcome_value(py, outcome));
+            let checked = check(outcome);
+            settle(resolve, event_loop, future, |py| outcome_value(py, checked));
         });
     }
 

@@ -227,15 +227,24 @@ impl Harness {
     }
 }
 
-async fn outcome(call: &AppendCall) -> Outcome {
+/// Waits for the outcome (its task runs from now on, if it did not yet).
+fn waiting(call: &mut AppendCall) -> oneshot::Receiver<Outcome> {
     let (tx, rx) = oneshot::channel();
     call.on_outcome(move |o| {
         let _ = tx.send(o);
     });
+    rx
+}
+
+async fn outcome_of(rx: oneshot::Receiver<Outcome>) -> Outcome {
     tokio::time::timeout(Duration::from_secs(10), rx)
         .await
         .expect("an outcome in time")
         .unwrap()
+}
+
+async fn outcome(call: &mut AppendCall) -> Outcome {
+    outcome_of(waiting(call)).await
 }
 
 #[tokio::test]
@@ -247,11 +256,11 @@ async fn an_append_streams_its_content_and_its_commit_with_its_token() {
     assert_eq!(call.try_send(Bytes::from_static(b"world\n")), Sent::Queued);
     assert_eq!(call.try_send(Bytes::new()), Sent::Queued);
     call.finish();
-    let response = outcome(&call).await.unwrap();
+    let response = outcome(&mut call).await.unwrap();
     assert_eq!(response.commit.unwrap().end, 12);
     assert!(call.ended());
     // Asked again, the outcome is the same, at once.
-    assert_eq!(outcome(&call).await.unwrap().status, 0);
+    assert_eq!(outcome(&mut call).await.unwrap().status, 0);
     let seen = h.seen();
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].authorization, "Bearer abc");
@@ -263,7 +272,7 @@ async fn an_append_streams_its_content_and_its_commit_with_its_token() {
     let mut call = h.append("a/journal", &[]);
     assert_eq!(call.try_send(Bytes::new()), Sent::Queued);
     call.finish();
-    assert!(outcome(&call).await.is_ok());
+    assert!(outcome(&mut call).await.is_ok());
     assert_eq!(h.seen()[1].authorization, "");
 }
 
@@ -274,7 +283,7 @@ async fn a_status_of_the_broker_is_the_failure_word_for_word() {
     call.try_send(Bytes::from_static(b"x"));
     call.try_send(Bytes::new());
     call.finish();
-    let failure = outcome(&call).await.unwrap_err();
+    let failure = outcome(&mut call).await.unwrap_err();
     assert_eq!(
         failure,
         Failure {
@@ -283,9 +292,9 @@ async fn a_status_of_the_broker_is_the_failure_word_for_word() {
         }
     );
     // Once ended, nothing more is taken.
-    let call = h.append("a/journal", &[]);
+    let mut call = h.append("a/journal", &[]);
     call.try_send(Bytes::new());
-    let failure = outcome(&call).await.unwrap_err();
+    let failure = outcome(&mut call).await.unwrap_err();
     assert_eq!(failure.code, Code::Unauthenticated);
     assert_eq!(call.try_send(Bytes::from_static(b"late")), Sent::Ended);
     call.writable().await; // At once: the RPC has ended.
@@ -307,7 +316,7 @@ async fn an_unreachable_broker_is_unavailable() {
         .unwrap();
     call.try_send(Bytes::new());
     call.finish();
-    let failure = outcome(&call).await.unwrap_err();
+    let failure = outcome(&mut call).await.unwrap_err();
     assert_eq!(failure.code, Code::Unavailable, "{failure:?}");
 }
 
@@ -338,11 +347,11 @@ async fn a_broker_that_dies_mid_append_is_unavailable() {
         journal: "a/journal".into(),
         ..Default::default()
     };
-    let call = dialer
+    let mut call = dialer
         .append(&tokio::runtime::Handle::current(), &endpoint, &[], first)
         .unwrap();
     call.try_send(Bytes::from_static(b"partial"));
-    let failure = outcome(&call).await.unwrap_err();
+    let failure = outcome(&mut call).await.unwrap_err();
     assert_eq!(failure.code, Code::Unavailable, "{failure:?}");
     died.await.unwrap();
 }
@@ -351,14 +360,21 @@ async fn a_broker_that_dies_mid_append_is_unavailable() {
 async fn a_cancelled_append_commits_nothing() {
     let (go, stalled) = watch::channel(false);
     let h = Harness::start(Answer::StallUntil(stalled)).await;
-    let call = h.append("a/journal", &[]);
+    let mut call = h.append("a/journal", &[]);
     call.try_send(Bytes::from_static(b"partial"));
+    // Nothing goes out before someone waits (or the queue fills, or it finishes).
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(h.seen().is_empty());
+    let cancelled = waiting(&mut call);
     // The broker holds the stream: wait until it has its first message.
     while h.seen().first().is_none_or(|s| s.journal.is_empty()) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     call.cancel();
-    assert_eq!(outcome(&call).await.unwrap_err().code, Code::Cancelled);
+    assert_eq!(
+        outcome_of(cancelled).await.unwrap_err().code,
+        Code::Cancelled
+    );
     go.send_replace(true);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while h.seen()[0].end.is_empty() {
@@ -374,8 +390,9 @@ async fn a_cancelled_append_commits_nothing() {
     // Dropped unfinished, an append is cancelled too.
     let (go, stalled) = watch::channel(false);
     *h.state.answer.lock().unwrap() = Answer::StallUntil(stalled);
-    let call = h.append("a/journal", &[]);
+    let mut call = h.append("a/journal", &[]);
     call.try_send(Bytes::from_static(b"partial"));
+    drop(waiting(&mut call));
     while h.seen().get(1).is_none_or(|s| s.journal.is_empty()) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -402,21 +419,22 @@ async fn a_broker_that_reads_nothing_holds_the_writer_back() {
     loop {
         match call.try_send(chunk.clone()) {
             Sent::Queued => queued += 1,
-            Sent::Full => break,
+            // The first Full starts the RPC, which takes what waits as far as HTTP/2
+            // flow control lets it; then the queue stays full.
+            Sent::Full => {
+                let writable = call.writable();
+                if tokio::time::timeout(Duration::from_millis(100), writable)
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
             Sent::Ended => panic!("the append ended"),
         }
         assert!(queued < 1000, "nothing holds the writer back");
-        tokio::task::yield_now().await;
     }
-    // HTTP/2 flow control stops the stream; then the queue fills.
     let writable = call.writable();
-    tokio::pin!(writable);
-    assert!(
-        tokio::time::timeout(Duration::from_millis(100), &mut writable)
-            .await
-            .is_err(),
-        "writable while the broker reads nothing"
-    );
     go.send_replace(true);
     tokio::time::timeout(Duration::from_secs(10), writable)
         .await
@@ -425,7 +443,7 @@ async fn a_broker_that_reads_nothing_holds_the_writer_back() {
         call.writable().await;
     }
     call.finish();
-    let response = outcome(&call).await.unwrap();
+    let response = outcome(&mut call).await.unwrap();
     assert_eq!(response.commit.unwrap().end, queued * (64 << 10));
 }
 

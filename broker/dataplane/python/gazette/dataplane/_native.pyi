@@ -164,9 +164,10 @@ class AppendCall:
     def outcome(
         self,
         event_loop: asyncio.AbstractEventLoop,
-        future: asyncio.Future[bytes | tuple[int, str]],
+        future: asyncio.Future[bytes | str | tuple[int, str]],
     ) -> None:
-        """Settle ``future`` with the serialized AppendResponse, or (gRPC code, message)."""
+        """Settle ``future`` with the serialized AppendResponse (valid), why it is
+        invalid (as ``str`` of Python's ``pb.ValidationError``), or (gRPC code, message)."""
     def cancel(self) -> None:
         """Cancel the RPC: nothing of it is committed."""
 

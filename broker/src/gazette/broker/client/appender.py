@@ -30,7 +30,6 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from typing import IO, TYPE_CHECKING, Union
 
 import grpc
-from google.protobuf.message import DecodeError
 
 from gazette.broker import protocol as pb
 from gazette.broker.client import errors, journal_client, metrics
@@ -161,20 +160,22 @@ class Appender:
         address = self._dispatch.endpoint or self.client.config.address
         if self._native is not None:
             loop = asyncio.get_running_loop()
-            settled: asyncio.Future[bytes | tuple[int, str]] = loop.create_future()
+            settled: asyncio.Future[bytes | str | tuple[int, str]] = loop.create_future()
             self._native.outcome(loop, settled)
             outcome = await settled
-            if not isinstance(outcome, bytes):
+            if isinstance(outcome, tuple):
                 code, details = outcome
                 raise self._failed(
                     errors.TransportError(
                         dial.code_of(code, details), details, method="Append", address=address
                     )
                 )
-            try:
-                self.response = pb.AppendResponse.FromString(outcome)
-            except DecodeError as e:
-                raise errors.ProtocolViolation("decoding broker AppendResponse", e) from e
+            if isinstance(outcome, str):
+                # The data plane validated the response as pb.validate does, word for word.
+                raise errors.ProtocolViolation(
+                    "validating broker AppendResponse", pb.ValidationError(outcome)
+                )
+            self.response = pb.AppendResponse.FromString(outcome)
         else:
             assert self._call is not None
             try:
@@ -183,10 +184,10 @@ class Appender:
                 raise self._failed(
                     errors.transport_error(e, method="Append", address=address)
                 ) from e
-        try:
-            pb.validate(self.response)
-        except pb.ValidationError as e:
-            raise errors.ProtocolViolation("validating broker AppendResponse", e) from e
+            try:
+                pb.validate(self.response)
+            except pb.ValidationError as e:
+                raise errors.ProtocolViolation("validating broker AppendResponse", e) from e
         self.client.update_route(self.request.journal, self.response.header.route)
         status = self.response.status
         if status == pb.OK:
