@@ -30,8 +30,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// The process's runtime of client calls (one thread: a client's calls are small
 /// and few at a time), made on first use, and made again in a child forked after
 /// it, which has the runtime but not its thread.
+static RUNTIME: Mutex<Option<(u32, tokio::runtime::Runtime)>> = Mutex::new(None);
+
 fn runtime() -> PyResult<tokio::runtime::Handle> {
-    static RUNTIME: Mutex<Option<(u32, tokio::runtime::Runtime)>> = Mutex::new(None);
     let pid = std::process::id();
     let mut current = lock(&RUNTIME);
     if let Some((of, runtime)) = &*current {
@@ -196,6 +197,24 @@ impl ClientChannels {
     /// Forgets the channels (calls under way keep theirs).
     fn close(&self) {
         self.dialer.clear();
+    }
+
+    /// Ends the runtime thread of client calls (calls under way fail), waiting up to
+    /// `timeout` seconds for it without the GIL. Python calls it at exit: the thread
+    /// must not touch Python (its logging, say, as connections close) while the
+    /// interpreter finalizes, which aborts the process. A later call starts another.
+    #[staticmethod]
+    #[pyo3(signature = (timeout = 1.0))]
+    fn shutdown(py: Python<'_>, timeout: f64) {
+        let taken = lock(&RUNTIME).take();
+        if let Some((pid, runtime)) = taken {
+            if pid == std::process::id() {
+                let timeout = std::time::Duration::from_secs_f64(timeout.max(0.0));
+                py.detach(move || runtime.shutdown_timeout(timeout));
+            } else {
+                std::mem::forget(runtime); // The parent's (see runtime()).
+            }
+        }
     }
 }
 

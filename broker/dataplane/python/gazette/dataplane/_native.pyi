@@ -149,6 +149,9 @@ class ClientChannels:
         """Start a Read RPC of a serialized ``ReadRequest``."""
     def close(self) -> None:
         """Forget the channels (calls under way keep theirs)."""
+    @staticmethod
+    def shutdown(timeout: float = 1.0) -> None:
+        """End the runtime thread of client calls (at exit: before the interpreter finalizes)."""
 
 class AppendCall:
     """One Append RPC under way."""

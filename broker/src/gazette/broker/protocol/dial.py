@@ -55,6 +55,7 @@ not a broker endpoint and has its own settings.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import dataclasses
 import inspect
 import os
@@ -327,6 +328,11 @@ def native_channels(config: DialConfig = DialConfig()) -> NativeChannels | None:
         from gazette import dataplane
     except ImportError:
         return None
+    # The runtime's thread must be gone before the interpreter finalizes: were it to
+    # take the GIL then (to log a connection closing), the process would abort (found
+    # with one-shot gazctl appends over TLS). Registered once however many clients.
+    atexit.unregister(dataplane.ClientChannels.shutdown)
+    atexit.register(dataplane.ClientChannels.shutdown)
     # grpc's default limit of messages received, where the config sets none.
     limit = config.max_message_size if config.max_message_size is not None else 4 << 20
     return NativeChannels(dataplane.ClientChannels(_settle, limit), config)
