@@ -11,7 +11,8 @@ alive for the whole run and driven alternately by the same load generators:
   several runs: ours on our brokers, Go's on Go's (and Go's on ours);
 - sequential 1 KiB appends at RF3, each acknowledged before the next, with Go's
   client library (``gazette-loadgen seq``, built from the same scratch module as
-  Go's binaries) and with ours (``python -m bench.bench_go loadgen seq``);
+  Go's binaries) and with ours (``python -m bench.bench_go loadgen seq``), its
+  appends through the native data plane and through grpc.aio (``--grpc-aio``);
 - append-ack latency p50/p99/p99.9 of 1 KiB records handed to an append
   service at fixed rates (1, 5, 20 MB/s by default), RF3, each side's generator
   on its own brokers;
@@ -295,6 +296,7 @@ def _seq_rows(bins: pathlib.Path, sides: dict[str, _Side], count: int) -> list[s
     for gen_name, gen, journal in (
         ("go", go_gen, "bench/seq-go-client"),
         ("ours", our_gen, "bench/seq-our-client"),
+        ("ours-grpc", [*our_gen, "--grpc-aio"], "bench/seq-our-client"),
     ):
         for side in ("ours", "go"):
             argv = [*gen, "--broker", sides[side].primary(journal), "--journal", journal]
@@ -315,6 +317,8 @@ def _seq_rows(bins: pathlib.Path, sides: dict[str, _Side], count: int) -> list[s
         f"{desc(results['go', 'go'])}   {_ratio(rate(results['go', 'ours']), go_client_go)}",
         f"  {'  our client library, our brokers vs Go':<44} {desc(results['ours', 'ours'])} vs "
         f"{desc(results['ours', 'go'])}   {_ratio(rate(results['ours', 'ours']), rate(results['ours', 'go']))}",
+        f"  {'  the same through grpc.aio, not natively':<44} {desc(results['ours-grpc', 'ours'])} vs "
+        f"{desc(results['ours-grpc', 'go'])}   {_ratio(rate(results['ours-grpc', 'ours']), rate(results['ours-grpc', 'go']))}",
         f"  {'  ours end to end vs Go end to end':<44} {rate(results['ours', 'ours']):7.0f}/s vs "
         f"{go_client_go:7.0f}/s   {_ratio(rate(results['ours', 'ours']), go_client_go)}",
         f"  {'  floor: bare grpc.aio stream, one hop':<44} {desc(floor)}   "
@@ -493,14 +497,16 @@ def _bench(bins: pathlib.Path, work: pathlib.Path) -> None:
 
 LIMITS = """\
   what limits the small-record rows:
-  - our brokers serve Append and Replicate in the native data plane (Rust, tonic): the
-    rows with Go's client library measure it, and the "gil" row checks that no append
-    waits for the broker's Python.
-  - our client library is still grpc.aio: every gRPC operation (a message written or
-    read, a call started or half-closed, a status) completes on grpc's poller thread and
-    reaches the event loop through a wake-up, a loop turn and tens of microseconds in
-    grpc's Cython layer each, ~7 per RF3 append; the floor row, grpc.aio alone with
-    nothing stored, is what any client of it reaches at best.
+  - our brokers serve Append, Replicate and Read in the native data plane (Rust, tonic):
+    the rows with Go's client library measure it, and the "gil" row checks that no
+    append waits for the broker's Python.
+  - our client appends through the native data plane too: one tokio task per append,
+    spawned with every message at hand, and one wake-up of the event loop for its answer.
+    The "through grpc.aio" row is the client without it: there every gRPC operation (a
+    message written or read, a call started or half-closed, a status) completes on
+    grpc's poller thread and reaches the event loop through a wake-up, a loop turn and
+    tens of microseconds in grpc's Cython layer each, ~7 per RF3 append; the floor row,
+    grpc.aio alone with nothing stored, is what a grpc.aio client reaches at best.
   - one-shot gazctl: Python's start (~12 ms) and imports: click, asyncio, grpc.aio,
     protobuf and the protocol stubs, the client (~100 ms on an idle machine); commands
     import only their own modules, and a one-shot process skips prometheus_client."""
@@ -539,11 +545,14 @@ async def _loadgen(argv: list[str]) -> dict[str, Any]:
     parser.add_argument("--rate", type=float, default=1e6)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--warmup-seconds", type=float, default=1.0)
+    parser.add_argument(
+        "--grpc-aio", action="store_true", help="append through grpc.aio, not natively"
+    )
     args = parser.parse_args(argv)
     record = bytes(ord("a") + i % 26 for i in range(args.size - 1)) + b"\n"
     if args.mode == "raw":
         return await _raw_appends(args, record)
-    cfg = client.ClientConfig(address=args.broker, cache_size=64)
+    cfg = client.ClientConfig(address=args.broker, cache_size=64, native_appends=not args.grpc_aio)
     latencies: list[float] = []
     async with client.JournalClient(cfg) as jc:
         if args.mode == "seq":

@@ -18,7 +18,7 @@ from gazette.broker.fragment import testing as fragment_testing
 from gazette.broker.fragment.testing import s3_bucket, s3_server
 from gazette.keyspace import testing as ks_testing
 
-__all__ = ["brokers", "clock", "fake", "jc", "s3_bucket", "s3_server"]
+__all__ = ["brokers", "clock", "fake", "jc", "native", "s3_bucket", "s3_server"]
 
 
 @pytest.fixture
@@ -37,8 +37,18 @@ def clock() -> InstantClock:
 
 
 @pytest.fixture
-async def jc(fake: FakeBroker, clock: InstantClock) -> AsyncIterator[client.JournalClient]:
-    async with client.JournalClient(client.ClientConfig(address=fake.endpoint), clock=clock) as c:
+def native() -> bool:
+    """Whether ``jc`` appends and reads through the native data plane (the default
+    where it is installed); modules of append and read tests run both ways."""
+    return True
+
+
+@pytest.fixture
+async def jc(
+    fake: FakeBroker, clock: InstantClock, native: bool
+) -> AsyncIterator[client.JournalClient]:
+    cfg = client.ClientConfig(address=fake.endpoint, native_appends=native, native_reads=native)
+    async with client.JournalClient(cfg, clock=clock) as c:
         yield c
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import pathlib
 
@@ -12,6 +13,13 @@ from client_fakes import FakeBroker, InstantClock
 from gazette.broker import client
 from gazette.broker import protocol as pb
 from gazette.broker.client import appender, errors
+from gazette.keyspace import testing as ks_testing
+
+
+@pytest.fixture(params=[True, False], ids=["native", "grpc.aio"])
+def native(request: pytest.FixtureRequest) -> bool:
+    """Every test here appends through the native data plane, then through grpc.aio."""
+    return bool(request.param)
 
 
 async def test_append_bytes_commits_one_span(fake: FakeBroker, jc: client.JournalClient) -> None:
@@ -177,3 +185,56 @@ async def test_a_call_cut_off_with_its_connection_is_retried(
     with pytest.raises(errors.TransportError) as info:
         await client.append(jc, "a/journal", b"data")
     assert info.value.code == grpc.StatusCode.INTERNAL
+
+
+async def test_appends_take_the_native_path_unless_told_not_to(
+    fake: FakeBroker, jc: client.JournalClient, native: bool
+) -> None:
+    await client.append(jc, "a/journal", b"which way\n")
+    # Native appends dial no grpc.aio channel; grpc.aio ones dial the broker's.
+    assert (not jc._channels) == native
+    assert bytes(fake.content["a/journal"]) == b"which way\n"
+
+
+async def test_an_append_far_larger_than_what_waits_to_be_sent_commits_whole(
+    fake: FakeBroker, jc: client.JournalClient
+) -> None:
+    # 48 messages: the writer outruns the connection and waits for room as it goes.
+    body = bytes(range(256)) * (48 * appender.CHUNK_SIZE // 256)
+    resp = await client.append(jc, "a/journal", body)
+    assert (resp.commit.begin, resp.commit.end) == (0, len(body))
+    assert fake.appends == [("a/journal", body)]
+
+
+async def test_an_append_cancelled_while_it_awaits_its_answer_leaves_the_client_usable(
+    fake: FakeBroker, jc: client.JournalClient
+) -> None:
+    loop = asyncio.get_running_loop()
+    logged: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: logged.append(context))
+    try:
+        fake.append_delay = 0.3
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(client.append(jc, "a/journal", b"abandoned\n"), 0.05)
+        fake.append_delay = 0.0
+        resp = await client.append(jc, "b/journal", b"next\n")
+        assert resp.status == pb.OK and resp.commit.end == 5
+        # The abandoned call's end comes to a future nobody awaits any more: it is
+        # dropped quietly, where setting it would log an InvalidStateError.
+        await asyncio.sleep(0.4)
+        assert logged == []
+    finally:
+        loop.set_exception_handler(None)
+
+
+async def test_an_unreachable_broker_is_unavailable(clock: InstantClock, native: bool) -> None:
+    cfg = client.ClientConfig(
+        address=f"http://127.0.0.1:{ks_testing.free_port()}", native_appends=native
+    )
+    async with client.JournalClient(cfg, clock=clock) as jc:
+        app = client.Appender(jc, pb.AppendRequest(journal="a/journal"))
+        with pytest.raises(errors.TransportError) as info:
+            await app.write(b"nobody listens\n")
+            await app.close()
+        assert info.value.code == grpc.StatusCode.UNAVAILABLE
+        assert info.value.method == "Append" and info.value.address == cfg.address

@@ -12,6 +12,12 @@ from gazette.broker import protocol as pb
 from gazette.broker.client import errors
 
 
+@pytest.fixture(params=[True, False], ids=["native", "grpc.aio"])
+def native(request: pytest.FixtureRequest) -> bool:
+    """Every test here appends through the native data plane, then through grpc.aio."""
+    return bool(request.param)
+
+
 async def test_records_are_batched_and_ordered(fake: FakeBroker, jc: client.JournalClient) -> None:
     fake.append_delay = 0.02  # While one batch is in flight, the next gathers records.
     async with client.AppendService(jc) as svc:

@@ -13,6 +13,12 @@ from gazette.broker import protocol as pb
 from gazette.broker.client import errors
 
 
+@pytest.fixture(params=[True, False], ids=["native", "grpc.aio"])
+def native(request: pytest.FixtureRequest) -> bool:
+    """Every test here reads (and appends) through the native data plane, then grpc.aio."""
+    return bool(request.param)
+
+
 async def read_all(rr: client.RetryReader) -> bytes:
     return b"".join([chunk async for chunk in rr])
 
@@ -243,3 +249,15 @@ async def test_a_read_stopped_below_the_write_head_says_so(
         rr = client.RetryReader(jc2, pb.ReadRequest(journal="a/journal", offset=6))
         assert await read_all(rr) == b"6789"
         assert not [r for r in caplog.records if "write head" in r.getMessage()]
+
+
+async def test_reads_take_the_native_path_unless_told_not_to(
+    fake: FakeBroker, jc: client.JournalClient, native: bool
+) -> None:
+    fake.chunk_size = 7  # Many responses, taken a batch at a time.
+    body = b"0123456789abcdef" * 40
+    fake.content["a/journal"] += body
+    async with client.RetryReader(jc, pb.ReadRequest(journal="a/journal")) as rr:
+        assert await read_all(rr) == body
+    # Native reads dial no grpc.aio channel; grpc.aio ones dial the broker's.
+    assert (not jc._channels) == native

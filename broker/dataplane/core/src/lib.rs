@@ -4,12 +4,14 @@
 //! routes and assignments, the persister and the fragment stores. This crate owns
 //! the broker's one listening port ([`frontdoor`]) and, RPC by RPC, the per-append
 //! path (issue 28). Whatever it does not serve natively it forwards, unchanged, to
-//! the Python gRPC server on a private Unix socket.
+//! the Python gRPC server on a private Unix socket. It also carries the Python
+//! client library's appends ([`client`]), in any process that has it installed.
 
 pub mod append;
 pub mod auth;
 pub mod bridge;
 pub mod claims;
+pub mod client;
 pub mod disk;
 pub mod flow;
 pub mod frontdoor;

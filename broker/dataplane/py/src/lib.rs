@@ -13,6 +13,7 @@ use std::{
 
 use dataplane::{frontdoor, tls};
 
+mod client;
 mod plane;
 mod topology;
 use pyo3::{exceptions::PyOSError, exceptions::PyValueError, prelude::*};
@@ -320,6 +321,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<topology::Topology>()?;
     m.add_class::<plane::Plane>()?;
     m.add_class::<plane::SpoolHandle>()?;
+    m.add_class::<client::ClientChannels>()?;
+    m.add_class::<client::AppendCall>()?;
+    m.add_class::<client::ReadCall>()?;
     m.add_function(wrap_pyfunction!(check_token, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     Ok(())

@@ -6,8 +6,29 @@ not serve natively to the broker's gRPC server on a private Unix socket, unchang
 Python calls in here only to start and stop it, and to publish into :class:`Topology`
 what it reads of etcd (specs, routes, members), which the data plane resolves
 journals against on its own threads: no request waits for the GIL.
+
+Clients use it too, where it is installed: :class:`ClientChannels` carries the
+Python client library's appends and reads (``gazette.broker.client``) over tonic
+on a runtime thread of its own: an :class:`AppendCall` settles one asyncio future
+with its outcome, a :class:`ReadCall` one with every response that has come.
 """
 
-from gazette.dataplane._native import FrontDoor, Plane, SpoolHandle, Topology
+from gazette.dataplane._native import (
+    AppendCall,
+    ClientChannels,
+    FrontDoor,
+    Plane,
+    ReadCall,
+    SpoolHandle,
+    Topology,
+)
 
-__all__ = ["FrontDoor", "Plane", "SpoolHandle", "Topology"]
+__all__ = [
+    "AppendCall",
+    "ClientChannels",
+    "FrontDoor",
+    "Plane",
+    "ReadCall",
+    "SpoolHandle",
+    "Topology",
+]

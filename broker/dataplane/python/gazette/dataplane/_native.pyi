@@ -1,3 +1,5 @@
+import asyncio
+from collections.abc import Callable, Sequence
 from os import PathLike
 from typing import Any
 
@@ -138,6 +140,66 @@ class Plane:
         """Stop every replica within ``timeout`` seconds (blocks, without the GIL)."""
     def close(self) -> None:
         """Stop serving natively; asks fail from now on."""
+
+class ClientChannels:
+    """A client's channels to broker endpoints, carrying its appends (see ``gazette.dataplane``)."""
+
+    def __init__(
+        self,
+        resolve: Callable[[asyncio.Future[Any], Any], None],
+        max_message_size: int = 8 << 20,
+    ) -> None: ...
+    def set_tls(
+        self, ca: bytes | None = None, cert: bytes | None = None, key: bytes | None = None
+    ) -> None:
+        """TLS of ``https://`` endpoints from now on (PEM content)."""
+    def append(
+        self, endpoint: str, first: bytes, metadata: Sequence[tuple[str, str]] | None = None
+    ) -> AppendCall:
+        """Start an Append RPC with its serialized first ``AppendRequest``."""
+    def read(
+        self, endpoint: str, request: bytes, metadata: Sequence[tuple[str, str]] | None = None
+    ) -> ReadCall:
+        """Start a Read RPC of a serialized ``ReadRequest``."""
+    def close(self) -> None:
+        """Forget the channels (calls under way keep theirs)."""
+    @staticmethod
+    def shutdown(timeout: float = 1.0) -> None:
+        """End the runtime thread of client calls (at exit: before the interpreter finalizes)."""
+
+class AppendCall:
+    """One Append RPC under way."""
+
+    def write(self, content: bytes) -> bool:
+        """Queue a message of ``content`` (b"": the commit); False if not taken."""
+    def writable(self, event_loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
+        """Settle ``future`` once a message would be taken, or the RPC has ended."""
+    def finish(self) -> None:
+        """Half-close the stream."""
+    def done(self) -> bool:
+        """Whether the RPC has ended."""
+    def outcome(
+        self,
+        event_loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[bytes | str | tuple[int, str]],
+    ) -> None:
+        """Settle ``future`` with the serialized AppendResponse (valid), why it is
+        invalid (as ``str`` of Python's ``pb.ValidationError``), or (gRPC code, message)."""
+    def cancel(self) -> None:
+        """Cancel the RPC: nothing of it is committed."""
+
+class ReadCall:
+    """One Read RPC under way."""
+
+    def take(
+        self,
+        event_loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[list[bytes | tuple[int, str] | None]],
+    ) -> None:
+        """Settle ``future`` with what has come: serialized ReadResponses, then None
+        at the clean end, or a failure's (gRPC code, message)."""
+    def cancel(self) -> None:
+        """Cancel the RPC."""
 
 def check_token(
     keys: list[bytes],

@@ -11,11 +11,14 @@ and below every application (ARCHITECTURE.md), and mirrors Gazette's Go
   appends, a same-zone member for reads — avoiding brokers that just failed.
 - :class:`Appender` / :func:`append` — one atomic append of any size, streamed
   from bytes, a file or an iterator, retried on ``UNAVAILABLE`` and routing
-  statuses as Gazette's `client.Append` does.
+  statuses as Gazette's `client.Append` does. Where the broker's native data
+  plane (:mod:`gazette.dataplane`) is installed, the RPC runs on its tonic
+  runtime thread and wakes the event loop once per append.
 - :class:`AppendService` / :class:`AsyncAppend` — many small writes batched
   into per-journal, strictly ordered, pipelined appends; optional dependencies
   between appends; terminal failures stick to their journal.
-- :class:`Reader` — one Read RPC; reads fragments straight from their store
+- :class:`Reader` — one Read RPC (natively too, where installed: responses are
+  read ahead and taken in batches); reads fragments straight from their store
   when handed a signed URL (``file://`` under a file root, ``http(s)://`` such
   as S3 presigned URLs), with Gazette's gzip rules; :func:`write_head` reads
   where a journal's next append goes (a metadata-only read).

@@ -5,6 +5,12 @@ journal (and any offset / register conditions), content follows in chunks,
 and an empty message commits. Either all of it lands in the journal as one
 contiguous span, or none of it does (Gazette `broker/append_fsm.go`).
 
+The RPC goes through the native data plane where it is installed (see
+:meth:`JournalClient.native_append`): messages are queued for its runtime
+thread without waiting, and the outcome settles one future, so an append costs
+the event loop one wake-up. Otherwise, and for ``unix://`` endpoints, through
+grpc.aio. Both give the same responses and the same errors.
+
 :func:`append` wraps that with the retry policy of Gazette's `client.Append`: a
 broker that is unreachable (``UNAVAILABLE``) or not (yet) the journal's
 primary is retried after a backoff; any other failure is raised. Content that
@@ -21,13 +27,16 @@ import os
 import tempfile
 import typing
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
-from typing import IO, Union
+from typing import IO, TYPE_CHECKING, Union
 
 import grpc
 
 from gazette.broker import protocol as pb
 from gazette.broker.client import errors, journal_client, metrics
-from gazette.broker.protocol import auth
+from gazette.broker.protocol import auth, dial
+
+if TYPE_CHECKING:
+    from gazette import dataplane
 
 __all__ = ["CHUNK_SIZE", "Appender", "Content", "append"]
 
@@ -61,33 +70,58 @@ class Appender:
         self.client = client
         self.request = request
         self.response = pb.AppendResponse()
+        # Exactly one of them once started: the native call, or grpc.aio's.
+        self._native: dataplane.AppendCall | None = None
         self._call: grpc.aio.StreamUnaryCall | None = None
         self._dispatch: journal_client.Dispatch | None = None
         self._counter = metrics.APPEND_BYTES.labels(request.journal)
 
-    async def _start(self) -> grpc.aio.StreamUnaryCall:
-        if self._call is not None:
-            return self._call
+    async def _start(self) -> None:
+        if self._dispatch is not None:
+            return
         if not self.request.journal:
             raise pb.ValidationError("expected Request.Journal")
         try:
             pb.validate(self.request)
         except pb.ValidationError as e:
             raise e.within("Request") from None
-        self._dispatch = self.client.dispatch(self.request.journal, primary=True)
-        self._call = self._dispatch.stub.Append(
-            metadata=self.client.authorize(
-                auth.journal_claims(auth.Capability.APPEND, self.request.journal)
-            )
+        dispatch = self.client.dispatch(self.request.journal, primary=True)
+        metadata = self.client.authorize(
+            auth.journal_claims(auth.Capability.APPEND, self.request.journal)
         )
-        await self._send(self.request)
-        return self._call
+        self._native = self.client.native_append(
+            dispatch.endpoint, self.request.SerializeToString(), metadata
+        )
+        if self._native is None:
+            self._call = dispatch.stub.Append(metadata=metadata)
+        self._dispatch = dispatch
+        if self._call is not None:
+            await self._write_call(self.request)
 
-    async def _send(self, msg: pb.AppendRequest) -> None:
+    async def _send(self, content: bytes) -> None:
+        """Send a message of ``content`` (b"": the commit). If the RPC already ended,
+        its outcome (read by close) says why."""
+        if self._native is None:
+            await self._write_call(pb.AppendRequest(content=content) if content else _COMMIT)
+            return
+        while not self._native.write(content):
+            if self._native.done():
+                return
+            # The native queue is full: the broker reads slower than we write.
+            loop = asyncio.get_running_loop()
+            ready: asyncio.Future[None] = loop.create_future()
+            self._native.writable(loop, ready)
+            await ready
+
+    async def _write_call(self, msg: pb.AppendRequest) -> None:
         assert self._call is not None
-        # If the RPC already ended, its outcome (read by close) says why.
         with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
             await self._call.write(msg)
+
+    def _ended(self) -> bool:
+        if self._native is not None:
+            return self._native.done()
+        return self._call is not None and self._call.done()
 
     async def write(self, data: bytes | bytearray | memoryview) -> None:
         """Send ``data`` (split into messages of at most :data:`CHUNK_SIZE`)."""
@@ -97,40 +131,63 @@ class Appender:
         view = memoryview(data)
         for i in range(0, len(view), CHUNK_SIZE):
             chunk = bytes(view[i : i + CHUNK_SIZE])
-            await self._send(pb.AppendRequest(content=chunk))
-            assert self._call is not None
-            if self._call.done():
+            await self._send(chunk)
+            if self._ended():
                 await self._outcome()  # Raises the RPC's failure.
             self._counter.inc(len(chunk))
 
     async def close(self) -> pb.AppendResponse:
         """Commit: send the empty message, half-close, and check the broker's response."""
-        call = await self._start()
-        await self._send(pb.AppendRequest())
-        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
-            await call.done_writing()
+        await self._start()
+        await self._send(b"")
+        if self._native is not None:
+            self._native.finish()
+        else:
+            assert self._call is not None
+            with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                await self._call.done_writing()
         return await self._outcome()
 
     def abort(self) -> None:
         """Cancel the RPC: nothing written so far is committed."""
+        if self._native is not None:
+            self._native.cancel()
         if self._call is not None:
             self._call.cancel()
 
     async def _outcome(self) -> pb.AppendResponse:
-        assert self._call is not None and self._dispatch is not None
-        try:
-            self.response = await self._call
-        except grpc.aio.AioRpcError as e:
-            if e.code() == grpc.StatusCode.UNAVAILABLE:
-                self.client.mark_broken(self._dispatch.endpoint)
-                self.client.forget_route(self.request.journal)
-            raise errors.transport_error(
-                e, method="Append", address=self._dispatch.endpoint or self.client.config.address
-            ) from e
-        try:
-            pb.validate(self.response)
-        except pb.ValidationError as e:
-            raise errors.ProtocolViolation("validating broker AppendResponse", e) from e
+        assert self._dispatch is not None
+        address = self._dispatch.endpoint or self.client.config.address
+        if self._native is not None:
+            loop = asyncio.get_running_loop()
+            settled: asyncio.Future[bytes | str | tuple[int, str]] = loop.create_future()
+            self._native.outcome(loop, settled)
+            outcome = await settled
+            if isinstance(outcome, tuple):
+                code, details = outcome
+                raise self._failed(
+                    errors.TransportError(
+                        dial.code_of(code, details), details, method="Append", address=address
+                    )
+                )
+            if isinstance(outcome, str):
+                # The data plane validated the response as pb.validate does, word for word.
+                raise errors.ProtocolViolation(
+                    "validating broker AppendResponse", pb.ValidationError(outcome)
+                )
+            self.response = pb.AppendResponse.FromString(outcome)
+        else:
+            assert self._call is not None
+            try:
+                self.response = await self._call
+            except grpc.aio.AioRpcError as e:
+                raise self._failed(
+                    errors.transport_error(e, method="Append", address=address)
+                ) from e
+            try:
+                pb.validate(self.response)
+            except pb.ValidationError as e:
+                raise errors.ProtocolViolation("validating broker AppendResponse", e) from e
         self.client.update_route(self.request.journal, self.response.header.route)
         status = self.response.status
         if status == pb.OK:
@@ -146,6 +203,18 @@ class Appender:
         raise errors.status_error(
             status, journal=self.request.journal, header=self.response.header, detail=detail
         )
+
+    def _failed(self, err: errors.TransportError) -> errors.TransportError:
+        """``err``, once a broker that is UNAVAILABLE is avoided for a while."""
+        assert self._dispatch is not None
+        if err.code == grpc.StatusCode.UNAVAILABLE:
+            self.client.mark_broken(self._dispatch.endpoint)
+            self.client.forget_route(self.request.journal)
+        return err
+
+
+#: The empty message that commits an append.
+_COMMIT = pb.AppendRequest()
 
 
 # --- Content sources -----------------------------------------------------------

@@ -85,4 +85,12 @@ class ClientConfig:
     wait_for_ready: bool = True
     #: Directory that ``file://`` fragment URLs are relative to ("" to refuse them).
     file_root: str = ""
+    #: Appends go through the native data plane (:mod:`gazette.dataplane`, tonic on a
+    #: thread of its own) where it is installed: one wake-up of the event loop per
+    #: append, where grpc.aio costs one per message and one per answer. False:
+    #: always grpc.aio.
+    native_appends: bool = True
+    #: Reads likewise: the native runtime reads ahead, and the event loop takes every
+    #: response that has come at once. False: always grpc.aio.
+    native_reads: bool = True
     backoff: Backoff = dataclasses.field(default_factory=Backoff)

@@ -14,6 +14,7 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -22,19 +23,27 @@ from gazette.broker.client import config, route_cache
 from gazette.broker.protocol import auth, dial
 from gazette.broker.protocol import protocol_pb2_grpc as pb_grpc
 
+if TYPE_CHECKING:
+    from gazette import dataplane
+
 __all__ = ["Dispatch", "JournalClient"]
 
 log = logging.getLogger(__name__)
 
 
 class Dispatch:
-    """Where one RPC was sent: its stub, and the endpoint ("" for the default address)."""
+    """Where one RPC goes: the endpoint ("" for the default address), and its stub."""
 
-    __slots__ = ("endpoint", "stub")
+    __slots__ = ("_client", "endpoint")
 
-    def __init__(self, stub: pb_grpc.JournalStub, endpoint: str) -> None:
-        self.stub = stub
+    def __init__(self, client: JournalClient, endpoint: str) -> None:
+        self._client = client
         self.endpoint = endpoint
+
+    @property
+    def stub(self) -> pb_grpc.JournalStub:
+        """The grpc.aio stub of the endpoint (its channel is dialed on first use)."""
+        return self._client.stub(self.endpoint)
 
 
 class JournalClient:
@@ -43,7 +52,10 @@ class JournalClient:
     Channels, one per endpoint, are dialed on first use through the dial seam
     (:mod:`gazette.broker.protocol.dial`), which owns transport security and
     credentials: every call carries :meth:`authorize`'s metadata for the
-    claims it needs (Gazette's ``AuthJournalClient``).
+    claims it needs (Gazette's ``AuthJournalClient``). Appends and reads go through
+    the native data plane's channels instead where it is installed
+    (:meth:`native_append`, :meth:`native_read`; ``ClientConfig.native_appends``,
+    ``native_reads``), dialed by the same seam.
     """
 
     def __init__(
@@ -72,6 +84,10 @@ class JournalClient:
         self.credentials: auth.Authorizer = dial.credentials(
             self.config.auth_keys, self.config.auth_token
         )
+        # Made on the first native call: a client that only lists never loads the
+        # extension (gazctl's one-shot commands start faster).
+        self._native: dial.NativeChannels | None = None
+        self._native_made = False
 
     async def __aenter__(self) -> JournalClient:
         return self
@@ -85,6 +101,8 @@ class JournalClient:
         await self.close()
 
     async def close(self) -> None:
+        if self._native is not None:
+            self._native.close()
         channels, self._channels = self._channels, {}
         for channel in channels.values():
             with contextlib.suppress(Exception):
@@ -117,6 +135,34 @@ class JournalClient:
         if cached is None or cached[0] is not channel:
             cached = self._stubs[endpoint] = (channel, pb_grpc.JournalStub(channel))
         return cached[1]
+
+    def native_append(
+        self, endpoint: str, first: bytes, metadata: Sequence[tuple[str, str]] | None
+    ) -> dataplane.AppendCall | None:
+        """An Append RPC to ``endpoint`` ("" for the default address) through the native
+        data plane, started with its serialized first message; None when appends of
+        this client (or to this endpoint) go through grpc.aio."""
+        native = self._native_channels() if self.config.native_appends else None
+        if native is None:
+            return None
+        return native.append(endpoint or self.config.address, first, metadata)
+
+    def native_read(
+        self, endpoint: str, request: bytes, metadata: Sequence[tuple[str, str]] | None
+    ) -> dataplane.ReadCall | None:
+        """A Read RPC of a serialized ReadRequest to ``endpoint`` ("" for the default
+        address) through the native data plane; None when reads of this client (or
+        from this endpoint) go through grpc.aio."""
+        native = self._native_channels() if self.config.native_reads else None
+        if native is None:
+            return None
+        return native.read(endpoint or self.config.address, request, metadata)
+
+    def _native_channels(self) -> dial.NativeChannels | None:
+        if not self._native_made:
+            self._native_made = True
+            self._native = dial.native_channels(self._dial)
+        return self._native
 
     def mark_broken(self, endpoint: str) -> None:
         """Note that a call to ``endpoint`` failed: prefer other members for a while."""
@@ -174,7 +220,7 @@ class JournalClient:
     def dispatch(self, journal: str, *, primary: bool, route: pb.Route | None = None) -> Dispatch:
         """Choose where an RPC of ``journal`` goes (``route`` overrides the cache)."""
         endpoint = self.pick(route if route is not None else self.route(journal), primary=primary)
-        return Dispatch(self.stub(endpoint), endpoint)
+        return Dispatch(self, endpoint)
 
     def default(self) -> Dispatch:
-        return Dispatch(self.stub(""), "")
+        return Dispatch(self, "")

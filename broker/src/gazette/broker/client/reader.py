@@ -19,23 +19,31 @@ content (Gazette `broker/fragments_api.go`); the reader then fetches the fragmen
 Decoding uses the broker's own streaming codecs, in a worker thread (they
 release the GIL, so decoding runs beside the event loop), and the decoded
 length is checked against the fragment's span.
+
+The RPC goes through the native data plane where it is installed (see
+:meth:`JournalClient.native_read`): its runtime thread reads ahead, and the
+reader takes every response that has come with one wake-up of the event loop.
+Otherwise, and for ``unix://`` endpoints, through grpc.aio.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from gazette.broker import protocol as pb
 from gazette.broker.client import errors, journal_client, metrics
-from gazette.broker.protocol import auth
+from gazette.broker.protocol import auth, dial
 
 if TYPE_CHECKING:
+    from gazette import dataplane
     from gazette.broker.fragment import codecs
 
 __all__ = ["READ_CHUNK", "FragmentReader", "Reader", "open_fragment_url", "write_head"]
@@ -68,7 +76,12 @@ class Reader:
         self.request = request
         self.response = pb.ReadResponse()
         self._route = route
+        # Once started, one of them: the native call (and what it handed over that
+        # is not read yet), or grpc.aio's.
+        self._native: dataplane.ReadCall | None = None
+        self._taken: collections.deque[bytes | tuple[int, str] | None] = collections.deque()
         self._call: Any = None
+        self._cancelled = False
         self._dispatch: journal_client.Dispatch | None = None
         self._chunk = b""
         self._chunk_offset = 0
@@ -81,6 +94,9 @@ class Reader:
         return None if self._dispatch is None else self._dispatch.endpoint
 
     async def close(self) -> None:
+        self._cancelled = True
+        if self._native is not None:
+            self._native.cancel()
         if self._call is not None:
             self._call.cancel()
         if self._direct is not None:
@@ -118,7 +134,7 @@ class Reader:
             self._chunk = b""
             return self._take(data)
 
-        if self._call is None:
+        if self._dispatch is None:
             self._start()
 
         while True:
@@ -165,27 +181,58 @@ class Reader:
             self.request.journal, primary=False, route=self._route
         )
         self.response = pb.ReadResponse()
-        self._call = self._dispatch.stub.Read(
-            self.request,
-            metadata=self.client.authorize(
-                auth.journal_claims(auth.Capability.READ, self.request.journal)
-            ),
+        metadata = self.client.authorize(
+            auth.journal_claims(auth.Capability.READ, self.request.journal)
         )
+        self._native = self.client.native_read(
+            self._dispatch.endpoint, self.request.SerializeToString(), metadata
+        )
+        if self._native is None:
+            self._call = self._dispatch.stub.Read(self.request, metadata=metadata)
 
     async def _recv(self) -> pb.ReadResponse | None:
         assert self._dispatch is not None
-        try:
-            resp = await self._call.read()
-        except grpc.aio.AioRpcError as e:
-            if e.code() == grpc.StatusCode.UNAVAILABLE:
-                self.client.mark_broken(self._dispatch.endpoint)
-                self.client.forget_route(self.request.journal)
-            raise errors.transport_error(
-                e, method="Read", address=self._dispatch.endpoint or self.client.config.address
-            ) from e
-        if resp is grpc.aio.EOF:
-            return None
-        assert isinstance(resp, pb.ReadResponse)
+        address = self._dispatch.endpoint or self.client.config.address
+        if self._native is not None:
+            if not self._taken:
+                loop = asyncio.get_running_loop()
+                taken: asyncio.Future[list[bytes | tuple[int, str] | None]] = loop.create_future()
+                self._native.take(loop, taken)
+                try:
+                    self._taken.extend(await taken)
+                except asyncio.CancelledError:
+                    # What the runtime hands over next would be lost with this future:
+                    # the RPC ends with the read, as grpc.aio ends it.
+                    self._cancelled = True
+                    self._native.cancel()
+                    raise
+            item = self._taken.popleft()
+            if item is None:
+                self._taken.append(None)  # Read again, the end is still the end.
+                return None
+            if isinstance(item, tuple):
+                if self._cancelled:
+                    # As grpc.aio ends a call cancelled here.
+                    raise asyncio.CancelledError
+                code, details = item
+                raise self._failed(
+                    errors.TransportError(
+                        dial.code_of(code, details), details, method="Read", address=address
+                    )
+                )
+            try:
+                resp = pb.ReadResponse.FromString(item)
+            except DecodeError as e:
+                raise errors.ProtocolViolation("decoding broker ReadResponse", e) from e
+        else:
+            try:
+                got = await self._call.read()
+            except grpc.aio.AioRpcError as e:
+                raise self._failed(errors.transport_error(e, method="Read", address=address)) from e
+            if got is grpc.aio.EOF:
+                return None
+            assert isinstance(got, pb.ReadResponse)
+            resp = got
         try:
             pb.validate(resp)
         except pb.ValidationError as e:
@@ -198,6 +245,14 @@ class Reader:
                 ),
             )
         return resp
+
+    def _failed(self, err: errors.TransportError) -> errors.TransportError:
+        """``err``, once a broker that is UNAVAILABLE is avoided for a while."""
+        assert self._dispatch is not None
+        if err.code == grpc.StatusCode.UNAVAILABLE:
+            self.client.mark_broken(self._dispatch.endpoint)
+            self.client.forget_route(self.request.journal)
+        return err
 
 
 # --- Fragments by signed URL ---------------------------------------------------

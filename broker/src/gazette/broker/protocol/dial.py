@@ -13,6 +13,10 @@ and credentials are decided in one place, as Gazette decides them:
   ``unix://`` ones in the clear. A broker's server certificate is checked
   against the endpoint's host, so it names (SAN) every host or IP address
   brokers are dialed by.
+- **Native calls**: :func:`native_channels` gives a client the native data
+  plane's channels (:mod:`gazette.dataplane`, where it is installed), which carry
+  its appends and reads over tonic with the same TLS, with far fewer wake-ups of
+  the event loop than grpc.aio's.
 - **Listening**: a broker's port is served by the native data plane
   (:func:`listen_native`, :mod:`gazette.dataplane`), which forwards what it
   does not serve itself to the broker's gRPC server on a private Unix socket;
@@ -51,12 +55,14 @@ not a broker endpoint and has its own settings.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import dataclasses
 import inspect
 import os
 import shutil
 import ssl
 import tempfile
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -71,12 +77,15 @@ __all__ = [
     "TLS",
     "DialConfig",
     "ListenConfig",
+    "NativeChannels",
     "NativePort",
     "channel",
     "client_ssl_context",
+    "code_of",
     "credentials",
     "listen",
     "listen_native",
+    "native_channels",
     "rpc_code",
     "server",
     "server_ssl_context",
@@ -227,10 +236,106 @@ def rpc_code(e: grpc.RpcError) -> grpc.StatusCode:
     chaos suite's SIGKILLs, between brokers and at clients): it is read as
     UNAVAILABLE, which clients retry, rather than as a server's own failure.
     """
-    code: grpc.StatusCode = e.code()
-    if code == grpc.StatusCode.INTERNAL and e.details() == CORE_TRANSPORT_FAILURE:
+    return _as_go_reads(e.code(), e.details())
+
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def code_of(number: int, details: str = "") -> grpc.StatusCode:
+    """The ``grpc.StatusCode`` of a status code ``number`` and its details (a native
+    call's failure), read as :func:`rpc_code` reads a grpc.aio call's."""
+    return _as_go_reads(_CODES.get(number, grpc.StatusCode.UNKNOWN), details)
+
+
+def _as_go_reads(code: grpc.StatusCode, details: str | None) -> grpc.StatusCode:
+    if code == grpc.StatusCode.INTERNAL and details == CORE_TRANSPORT_FAILURE:
         return grpc.StatusCode.UNAVAILABLE
     return code
+
+
+class NativeChannels:
+    """A client's channels of the native data plane, for its appends and reads
+    (:func:`native_channels`).
+
+    Endpoints are dialed as :func:`channel` dials them: ``https://`` with TLS of
+    the :class:`DialConfig` (files read on the first such endpoint), ``http://``
+    in the clear. ``unix://`` endpoints stay with grpc.aio: :meth:`append` gives None.
+    """
+
+    def __init__(self, native: dataplane.ClientChannels, config: DialConfig) -> None:
+        self._native = native
+        self._config = config
+        self._targets: dict[str, str] = {}
+        self._tls_loaded = False
+
+    def append(
+        self, endpoint: str, first: bytes, metadata: Sequence[tuple[str, str]] | None
+    ) -> dataplane.AppendCall | None:
+        """Start an Append RPC to ``endpoint`` with its serialized first message
+        (None: this endpoint is grpc.aio's). Raises ``pb.TLSConfigError`` if an
+        ``https://`` endpoint's TLS files don't load."""
+        target = self._targets.get(endpoint)
+        if target is None:
+            target = self._targets[endpoint] = self._target(endpoint)
+        if not target:
+            return None
+        return self._native.append(target, first, metadata)
+
+    def read(
+        self, endpoint: str, request: bytes, metadata: Sequence[tuple[str, str]] | None
+    ) -> dataplane.ReadCall | None:
+        """Start a Read RPC of a serialized ReadRequest, as :meth:`append` starts an append."""
+        target = self._targets.get(endpoint)
+        if target is None:
+            target = self._targets[endpoint] = self._target(endpoint)
+        if not target:
+            return None
+        return self._native.read(target, request, metadata)
+
+    def _target(self, endpoint: str) -> str:
+        address = fragments.endpoint_grpc_addr(endpoint)
+        if address.startswith("unix://"):
+            return ""
+        if not fragments.endpoint_uses_tls(endpoint):
+            return "http://" + address
+        if not self._tls_loaded:
+            cert, key, ca = self._config.tls.pem()
+            self._native.set_tls(ca, cert, key)
+            self._tls_loaded = True
+        return "https://" + address
+
+    def close(self) -> None:
+        """Forget the channels: calls under way keep theirs."""
+        self._native.close()
+
+
+def _settle(future: asyncio.Future[Any], value: Any) -> None:
+    # On the future's loop, called soon after the native runtime answered: its
+    # awaiter may have been cancelled meanwhile.
+    if not future.done():
+        future.set_result(value)
+
+
+def native_channels(config: DialConfig = DialConfig()) -> NativeChannels | None:
+    """Channels of the native data plane for a client's appends and reads, dialed as
+    ``config`` says.
+
+    None where :mod:`gazette.dataplane` is not installed (a client without the
+    ``gazette-broker[server]`` extra): the client's calls all go through grpc.aio then.
+    """
+    try:
+        from gazette import dataplane
+    except ImportError:
+        return None
+    # The runtime's thread must be gone before the interpreter finalizes: were it to
+    # take the GIL then (to log a connection closing), the process would abort (found
+    # with one-shot gazctl appends over TLS). Registered once however many clients.
+    atexit.unregister(dataplane.ClientChannels.shutdown)
+    atexit.register(dataplane.ClientChannels.shutdown)
+    # grpc's default limit of messages received, where the config sets none.
+    limit = config.max_message_size if config.max_message_size is not None else 4 << 20
+    return NativeChannels(dataplane.ClientChannels(_settle, limit), config)
 
 
 def credentials(auth_keys: str = "", auth_token: str = "") -> auth.Authorizer:
@@ -368,7 +473,7 @@ class NativePort:
 
     def plane(self, wake_fd: int, **settings: Any) -> dataplane.Plane:
         """The native data plane on this port's threads (see gazette.broker.server.native)."""
-        from gazette import dataplane  # Servers only: clients never load it.
+        from gazette import dataplane  # The gazette-broker[server] extra.
 
         return dataplane.Plane(self._front, self.topology, wake_fd, **settings)
 
@@ -411,7 +516,7 @@ def listen_native(
     when the data plane is not installed (the ``gazette-broker[server]`` extra).
     """
     try:
-        from gazette import dataplane  # Servers only: clients never load it.
+        from gazette import dataplane  # The gazette-broker[server] extra.
     except ImportError as e:
         raise ImportError(
             "a broker's port is served by its native data plane, which is not installed "

@@ -74,6 +74,11 @@ write_head = prom.Gauge(
     ["journal"],
 )
 
+# Not in Gazette, which refuses such journals until an operator resets their head.
+JOURNAL_HEAD_RECOVERIES = prom.Counter(
+    "gazette_journal_head_recoveries",
+    "Journals resumed at the end of their persisted fragments after losing an unpersisted tail.",
+)
 QUARANTINED_TAILS_STORED = prom.Counter(
     "gazette_spool_quarantined_tails_stored",
     "Quarantined spool tails stored because their journal went on from their end and no"

@@ -36,6 +36,7 @@ from gazette.broker.server import (
     errors,
     isolation,
     mend,
+    metrics,
     replica,
     resolver,
 )
@@ -337,10 +338,14 @@ class Service:
         return fences_.JournalFence(self.fences, journal, f"{local.zone}/{local.suffix}")
 
     async def head_resumes_at(self, journal: str, index_end: int) -> int | None:
-        """Where a journal whose spools trail its persisted end goes on (Fences.resume_past)."""
+        """Where a journal whose spools trail its persisted end goes on (Fences.resume_past).
+
+        The data plane asks once a head gap has waited out its delay: an answer is a
+        recovery (``gazette_journal_head_recoveries``)."""
         resumed = await self.fences.resume_past(journal, index_end)
         if resumed is None:
             return None
+        metrics.JOURNAL_HEAD_RECOVERIES.inc()
         offset, skipped = resumed
         rep = self.replicas.get(journal)
         if skipped and rep is not None:
