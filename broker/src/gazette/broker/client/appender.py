@@ -207,10 +207,7 @@ class Appender:
     def _failed(self, err: errors.TransportError) -> errors.TransportError:
         """``err``, once a broker that is UNAVAILABLE is avoided for a while."""
         assert self._dispatch is not None
-        if err.code == grpc.StatusCode.UNAVAILABLE:
-            self.client.mark_broken(self._dispatch.endpoint)
-            self.client.forget_route(self.request.journal)
-        return err
+        return self.client.failed(self._dispatch.endpoint, self.request.journal, err)
 
 
 #: The empty message that commits an append.

@@ -25,6 +25,7 @@ from gazette.broker.protocol import protocol_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
     from gazette import dataplane
+    from gazette.broker.client import errors
 
 __all__ = ["Dispatch", "JournalClient"]
 
@@ -168,6 +169,16 @@ class JournalClient:
         """Note that a call to ``endpoint`` failed: prefer other members for a while."""
         if endpoint:
             self._broken[endpoint] = self.clock.now()
+
+    def failed(
+        self, endpoint: str, journal: str, err: errors.TransportError
+    ) -> errors.TransportError:
+        """``err`` of a call for ``journal`` to ``endpoint``, once a broker that is
+        UNAVAILABLE is avoided for a while (and the journal's route asked afresh)."""
+        if err.code == grpc.StatusCode.UNAVAILABLE:
+            self.mark_broken(endpoint)
+            self.forget_route(journal)
+        return err
 
     def _is_broken(self, endpoint: str) -> bool:
         at = self._broken.get(endpoint)

@@ -249,10 +249,7 @@ class Reader:
     def _failed(self, err: errors.TransportError) -> errors.TransportError:
         """``err``, once a broker that is UNAVAILABLE is avoided for a while."""
         assert self._dispatch is not None
-        if err.code == grpc.StatusCode.UNAVAILABLE:
-            self.client.mark_broken(self._dispatch.endpoint)
-            self.client.forget_route(self.request.journal)
-        return err
+        return self.client.failed(self._dispatch.endpoint, self.request.journal, err)
 
 
 # --- Fragments by signed URL ---------------------------------------------------
