@@ -316,7 +316,22 @@ fn validate(type_name: &str, message: &[u8]) -> PyResult<Option<String>> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The crate's warnings go to Python's logging (logger "dataplane.…"); they
     // are rare by design (throttled), so taking the GIL for them costs nothing.
-    let _ = pyo3_log::try_init();
+    // The libraries under it log at debug level on every connection and stream:
+    // filtered here, at Warn, their records never reach Python, so no runtime
+    // thread takes the GIL to ask Python's level for a new logger of theirs.
+    let mut logger = pyo3_log::Logger::default();
+    for noisy in [
+        "h2",
+        "hyper",
+        "hyper_util",
+        "tonic",
+        "tower",
+        "rustls",
+        "mio",
+    ] {
+        logger = logger.filter_target(noisy.to_owned(), log::LevelFilter::Warn);
+    }
+    let _ = logger.install();
     m.add_class::<FrontDoor>()?;
     m.add_class::<topology::Topology>()?;
     m.add_class::<plane::Plane>()?;
