@@ -19,7 +19,7 @@ import pytest
 
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import cover_set, index, spool, stores
-from gazette.broker.server import metrics, native, read_api
+from gazette.broker.server import metrics, native
 
 
 class FakeHandle:
@@ -276,7 +276,7 @@ async def test_a_stored_fragment_is_read_for_the_plane_within_its_credit(
     hosted: Any, tmp_path: Path
 ) -> None:
     _, plane, _ = hosted
-    chunk = read_api.READ_CHUNK_SIZE
+    chunk = native.READ_CHUNK_SIZE
     content = bytes(range(256)) * (3 * chunk // 256)
     frag = stored_fragment(tmp_path, content)
     plane.send(("read_stored", 1, "a/journal", frag.SerializeToString(), 1010, 1))
@@ -302,7 +302,7 @@ async def test_a_failing_store_read_ends_the_plane_s_read_with_its_words(
 
 async def test_a_cancelled_stored_read_stops(hosted: Any, tmp_path: Path) -> None:
     nh, plane, _ = hosted
-    frag = stored_fragment(tmp_path, b"x" * (3 * read_api.READ_CHUNK_SIZE))
+    frag = stored_fragment(tmp_path, b"x" * (3 * native.READ_CHUNK_SIZE))
     plane.send(("read_stored", 3, "a/journal", frag.SerializeToString(), 1000, 1))
     await settle(lambda: 3 in plane.chunks)
     plane.send(("read_cancel", 3))

@@ -1,98 +1,24 @@
 """Serving reads in large chunks: from spools and persisted fragments, at any offsets.
 
-The unit tests drive :mod:`gazette.broker.server.read_api`'s chunking and
-read-ahead directly; the integration tests read multi-MiB journals through a
-real cluster, from spool files and from the file store (GZIP and NONE), and
-check every response's size and the bytes at odd offsets.
+Multi-MiB journals read through a real cluster (the data plane serves Read), from
+spool files and from the file store (GZIP and NONE), checking every response's size
+and the bytes at odd offsets. (The chunking itself is tested in Rust:
+broker/dataplane/core/src/read/tests.rs.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
 
 import pytest
 
 from gazette.broker import protocol as pb
 from gazette.broker import testing
 from gazette.broker.protocol import protocol_pb2_grpc as pb2_grpc
-from gazette.broker.server import read_api
+from gazette.broker.server import native
 
-CHUNK = read_api.READ_CHUNK_SIZE
-
-
-# -- Unit: pieces and read-ahead ---------------------------------------------------------
-
-
-def test_a_chunk_that_fits_is_sent_as_it_is() -> None:
-    data = b"x" * CHUNK
-    (piece,) = read_api._pieces(data, CHUNK * 2)
-    assert piece is data  # No copy.
-
-
-def test_a_large_chunk_is_cut_to_the_room_left_and_the_response_size() -> None:
-    data = bytes(range(256)) * ((CHUNK * 3) // 256)
-    pieces = read_api._pieces(data, CHUNK * 2 + 5)
-    assert [len(p) for p in pieces] == [CHUNK, CHUNK, 5]
-    assert b"".join(pieces) == data[: CHUNK * 2 + 5]
-    assert read_api._pieces(b"abcdef", 2) == [b"ab"]
-
-
-async def test_read_ahead_yields_everything_in_order() -> None:
-    async def gen() -> AsyncIterator[bytes]:
-        for i in range(5):
-            await asyncio.sleep(0)
-            yield b"%d" % i
-
-    assert [c async for c in read_api._read_ahead(gen())] == [b"0", b"1", b"2", b"3", b"4"]
-
-
-async def test_read_ahead_fetches_the_next_chunk_while_the_caller_works() -> None:
-    fetched: list[int] = []
-
-    async def gen() -> AsyncIterator[bytes]:
-        for i in range(3):
-            fetched.append(i)
-            yield b"%d" % i
-
-    ahead = read_api._read_ahead(gen())
-    assert await anext(ahead) == b"0"
-    await asyncio.sleep(0.01)  # The caller is busy: the next fetch already ran.
-    assert fetched == [0, 1]
-    await ahead.aclose()
-
-
-async def test_closing_read_ahead_cancels_the_fetch_and_closes_the_source() -> None:
-    closed = asyncio.Event()
-    started = asyncio.Event()
-
-    async def gen() -> AsyncIterator[bytes]:
-        try:
-            yield b"first"
-            started.set()
-            await asyncio.sleep(3600)  # A fetch that never finishes.
-            yield b"never"
-        finally:
-            closed.set()
-
-    ahead = read_api._read_ahead(gen())
-    assert await anext(ahead) == b"first"
-    await asyncio.wait_for(started.wait(), 5)
-    await asyncio.wait_for(ahead.aclose(), 5)
-    assert closed.is_set()
-
-
-async def test_read_ahead_raises_what_the_source_raised() -> None:
-    async def gen() -> AsyncIterator[bytes]:
-        yield b"ok"
-        raise OSError("disk gone")
-
-    got = []
-    with pytest.raises(OSError, match="disk gone"):
-        async for c in read_api._read_ahead(gen()):
-            got.append(c)
-    assert got == [b"ok"]
+CHUNK = native.READ_CHUNK_SIZE
 
 
 # -- Integration: multi-MiB reads through a cluster ------------------------------------

@@ -17,10 +17,8 @@ Modules:
   primary's acknowledgement fence (:mod:`fences`).
 * :mod:`service` — the Service: wiring of replicas, resolution, peers and the
   answers to the data plane's asks.
-* :mod:`api` — the gRPC edge and Read;
-  :mod:`metadata_api` — List, Apply, ListFragments, FragmentStoreHealth;
-  :mod:`read_api` — a local Read's content from spools and stores, in large
-  chunks read one ahead in worker threads.
+* :mod:`api` — the gRPC edge; :mod:`metadata_api` — List, Apply, ListFragments,
+  FragmentStoreHealth (Append, Replicate and Read are the data plane's).
 * :mod:`process` — a whole broker process (etcd lease, allocator, serving,
   bounded drain and persisting on SIGTERM).
 * :mod:`metrics` — Prometheus metrics (served at ``/debug/metrics`` by

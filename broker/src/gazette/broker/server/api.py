@@ -1,19 +1,19 @@
 """The ``protocol.Journal`` RPCs the Python broker serves behind the native front door.
 
-Append and Replicate never reach this service: the data plane serves them
+Append, Replicate and Read never reach this service: the data plane serves them
 (``broker/dataplane``; the door answers them itself). The rest land here.
 Every handler first verifies the RPC's bearer token for the capability it
 needs (LIST, APPLY, READ; ListFragments and FragmentStoreHealth need READ),
 then validates its request at the edge (``pb.validate``), resolves the
 journal where it has one (a journal the token's selector doesn't select is
-not found), and either serves locally, proxies to a member (Read and
-ListFragments, unless ``do_not_proxy``) under a token of its own narrowed
-to that journal, or answers a ``Status`` with a valid header. As in
+not found), and either serves locally, proxies to a member (ListFragments,
+unless ``do_not_proxy``) under a token of its own narrowed to that journal,
+or answers a ``Status`` with a valid header. As in
 Gazette, an RPC ends when its token expires. Exceptions become gRPC errors in one place
 (:func:`errors.grpc_status_of`; a refused token is ``UNAUTHENTICATED``);
 errors of a proxied call are relayed with the peer's code and text.
 
-Gazette references: ``broker/read_api.go``, ``list_apply_api.go``, ``fragments_api.go``,
+Gazette references: ``broker/list_apply_api.go``, ``fragments_api.go``,
 ``fragment_store_health_api.go``.
 """
 
@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from gazette import keyspace, task
+from gazette import keyspace
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import errors as frag_errors
 from gazette.broker.protocol import auth, dial
@@ -37,8 +37,6 @@ from gazette.broker.server import (
     errors,
     metadata_api,
     metrics,
-    read_api,
-    resolver,
     service,
 )
 
@@ -46,7 +44,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# What Append and Replicate answer should one reach this service (they never do through
+# What Append, Replicate and Read answer should one reach this service (they never do through
 # the front door).
 _NATIVE_ONLY = "{} is served by the broker's native data plane, on its gRPC port"
 MAX_JOURNALS_PER_LIST_RESPONSE = 25
@@ -168,87 +166,13 @@ class JournalServicer(pb2_grpc.JournalServicer):
         """Never reached through the front door, which hands replication to the data plane."""
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, _NATIVE_ONLY.format("Replicate"))
 
-    # -- Read ---------------------------------------------------------------------------
-
     async def Read(  # type: ignore[override]
         self,
         request: pb.ReadRequest,
         context: grpc.aio.ServicerContext[pb.ReadRequest, pb.ReadResponse],
     ) -> None:
-        out = metrics.Outcome()
-        await self._edge(
-            "Read",
-            context,
-            auth.Capability.READ,
-            lambda claims, ctx: self._read(request, ctx, claims, out),
-            out,
-        )
-
-    async def _read(
-        self,
-        req: pb.ReadRequest,
-        context: grpc.aio.ServicerContext[pb.ReadRequest, pb.ReadResponse],
-        claims: auth.Claims,
-        out: metrics.Outcome,
-    ) -> None:
-        pb.validate(req)
-        res = await self.svc.resolve(
-            req.journal,
-            may_proxy=not req.do_not_proxy,
-            require_primary=False,
-            min_etcd_revision=req.min_etcd_revision,
-            proxy_header=req.header if req.HasField("header") else None,
-            authorized=_authorizer(claims),
-        )
-        if res.status != pb.OK:
-            out.set(res.status)
-            await context.write(pb.ReadResponse(status=_st(res.status), header=res.header))
-            return
-        assert res.journal_spec is not None
-        if not pb.journal_may_read(res.journal_spec):
-            out.set(pb.NOT_ALLOWED)
-            await context.write(pb.ReadResponse(status=pb.NOT_ALLOWED, header=res.header))
-            return
-        if not res.is_local:
-            await self._proxy_read(req, res, context)
-            return
-        if res.replica is None:
-            raise errors.ReplicaStopped(req.journal)
-        await self._serve_read(req, res.header, res.replica.index, context)
-
-    async def _proxy_read(
-        self,
-        req: pb.ReadRequest,
-        res: resolver.Resolution,
-        context: grpc.aio.ServicerContext[pb.ReadRequest, pb.ReadResponse],
-    ) -> None:
-        self.svc.check_reachable()
-        _, endpoint = service.pick_member(res, require_primary=False)
-        fwd = pb.ReadRequest()
-        fwd.CopyFrom(req)
-        fwd.header.CopyFrom(res.header)
-        call = self.svc.peers.stub(endpoint).Read(
-            fwd, metadata=self.svc.peer_metadata(auth.Capability.READ, req.journal) or None
-        )
-        try:
-            while True:
-                resp, stopping = await task.race(call.read(), self.svc.stop_proxy_reads)
-                if stopping:
-                    return  # This broker is shutting down: end the relay with a clean EOF.
-                if resp is grpc.aio.EOF:
-                    return
-                await context.write(resp)
-        finally:
-            call.cancel()
-
-    async def _serve_read(
-        self,
-        req: pb.ReadRequest,
-        header: pb.Header,
-        index_: Any,
-        context: grpc.aio.ServicerContext[pb.ReadRequest, pb.ReadResponse],
-    ) -> None:
-        await read_api.serve_read(req, header, index_, self.svc.registry, context.write)
+        """Never reached through the front door, which hands reads to the data plane."""
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, _NATIVE_ONLY.format("Read"))
 
     # -- List and Apply -----------------------------------------------------------------
 

@@ -42,7 +42,7 @@ from gazette import allocator
 from gazette.broker import protocol as pb
 from gazette.broker.fragment import cover_set, files, index, reader, spool, stores
 from gazette.broker.protocol import dial
-from gazette.broker.server import config, errors, metrics, read_api
+from gazette.broker.server import config, errors, metrics
 
 if TYPE_CHECKING:
     from gazette.dataplane import Plane, SpoolHandle
@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 
 # How often the lease and store health are published while nothing else tells.
 PUBLISH_INTERVAL = 0.2
+# Bytes of a stored fragment read at a time for a read of the plane: its ReadResponses'
+# content size (READ_CHUNK_SIZE of the crate's read.rs), so a chunk goes out whole.
+READ_CHUNK_SIZE = 1 << 18
 # How long the plane's replicas get on shutdown to close their pipelines and hand
 # their last fragments to the persister.
 STOP_TIMEOUT = 20.0
@@ -361,11 +364,11 @@ class NativeHost:
     ) -> None:
         """Read ``fragment`` from its store from ``offset`` on, into stored read ``id``.
 
-        The next chunk is read while the plane sends the ones it has (as
-        read_api reads ahead), and handed over once the read has credit for it.
+        The next chunk is read while the plane sends the ones it has, and handed
+        over once the read has credit for it.
         """
         chunks = reader.read_fragment(
-            self.host.registry, fragment, offset, block_size=read_api.READ_CHUNK_SIZE
+            self.host.registry, fragment, offset, block_size=READ_CHUNK_SIZE
         )
         try:
             async for chunk in chunks:

@@ -170,7 +170,6 @@ class Service:
         self.replicas = replica.ReplicaSet(observed, self._new_replica)
         self.resolver = resolver.Resolver(observed, self.replicas)
         self.peers = Peers(config.max_message_size, config.peer_tls)
-        self.stop_proxy_reads = asyncio.Event()
         #: Why no other broker answers us, while that lasts (see isolation): we hold no
         #: lease, and calls proxied to a peer would hang.
         self._cut_off: str | None = None
@@ -226,7 +225,6 @@ class Service:
 
     def stop_replicas(self) -> None:
         """Shutdown: stop all local replicas; later resolutions to us fail."""
-        self.stop_proxy_reads.set()
         self.resolver.stop_serving_local_replicas()
         self.replicas.stop_all()
 
