@@ -1,13 +1,13 @@
 """The control plane's replica: its refresh daemon and the listings reads ask for.
 
 (The data plane's replica rules, flushes, held tails and head recovery, are tested
-in Rust: broker/dataplane/core/src/replica/tests.rs.)
+in Rust: broker/dataplane/core/src/replica/tests.rs; the back-off between listings
+its reads of a hole ask for, in bridge/reads/tests.rs.)
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 from typing import Any
 
 from gazette.broker import protocol as pb
@@ -41,14 +41,6 @@ class FakeHost:
         self.changed.set()
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 async def test_each_listing_is_applied_and_published_to_the_data_plane(
     monkeypatch: Any,
 ) -> None:
@@ -80,29 +72,10 @@ async def test_each_listing_is_applied_and_published_to_the_data_plane(
         await serving
 
 
-async def test_reads_of_a_hole_ask_for_listings_with_back_off() -> None:
-    clock = Clock()
-    host = FakeHost()
-    host.spec.fragment.refresh_interval.seconds = 4
-    rep = replica.Replica(JOURNAL, host, primary=False, create_revision=1, clock=clock)
-    asked_at = []
-    for _ in range(40):  # 10 s of reads of one hole, every 0.25 s.
-        if rep._on_hole(0):
-            assert rep._refresh_now.is_set()  # The refresh daemon lists at once.
-            rep._refresh_now.clear()
-            asked_at.append(clock.now)
-        clock.now += 0.25
-    # 0.5 s, then doubling up to the refresh interval (4 s).
-    assert [b - a for a, b in itertools.pairwise(asked_at)] == [0.5, 1.0, 2.0, 4.0]
-    # Another hole starts over.
-    assert rep._on_hole(7)
-    assert not rep._on_hole(7)
-
-
 async def test_a_hole_also_looks_up_the_ranges_the_journal_skipped() -> None:
     host = FakeHost()
     rep = replica.Replica(JOURNAL, host, primary=False, create_revision=1)
-    assert rep._on_hole(10)
+    rep.list_for_hole()
     assert rep._skipped_lookup is not None
     await rep._skipped_lookup
     assert rep._refresh_now.is_set()  # Reads jump them only after a fresh listing.

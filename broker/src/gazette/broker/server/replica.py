@@ -1,20 +1,20 @@
 """Local replicas of assigned journals, as the control plane keeps them.
 
 The native data plane (``broker/dataplane``, see :mod:`gazette.broker.server.native`)
-holds each assigned journal's spool, pipeline, flow control and pulse, after
-Gazette's ``broker/replica.go``. What the Python broker keeps of a journal
-assigned to it is a :class:`Replica`: the fragment
-:class:`~gazette.broker.fragment.index.Index` the RPCs served in Python read
-(Read, ListFragments), its acknowledgement fence as primary (see
+holds each assigned journal's spool, pipeline, flow control, pulse and the
+fragment index reads use, after Gazette's ``broker/replica.go``. What the Python
+broker keeps of a journal assigned to it is a :class:`Replica`: its store
+listings (a :class:`~gazette.broker.fragment.index.Index` of them, which the
+plane's index takes on), its acknowledgement fence as primary (see
 :mod:`~gazette.broker.server.fences`), and a ``signal`` event set (and
 replaced) whenever the journal's assignments or stores change, which wakes
 resolutions waiting on it.
 
 One daemon runs per replica while it lives, *refresh*: it lists every store of
 the journal now and then every ``fragment.refresh_interval``, replacing the
-index's remote fragments and publishing its summary to the data plane, and
-sooner when asked: a read of a hole below the write head asks (see
-:meth:`Replica._on_hole`), as do the data plane's asks for a fresh listing.
+index's remote fragments and handing the listing to the data plane, and sooner
+when asked: the plane's reads of a hole below the write head ask
+(:meth:`Replica.list_for_hole`), as do its asks for a fresh listing.
 
 :class:`ReplicaSet` is the KeySpace observer that creates and stops replicas
 from the allocator state's local items, in its own TaskGroup, with the same
@@ -37,9 +37,6 @@ from gazette.broker.fragment import index, stores
 from gazette.broker.server import fences
 
 log = logging.getLogger(__name__)
-
-# The first back-off between store listings asked for by reads of one hole.
-HOLE_LISTING_BACKOFF = 0.5
 
 
 class ReplicaHost(Protocol):
@@ -81,7 +78,9 @@ class Replica:
         self.create_revision = create_revision
         # The etcd lease of our assignment when this replica was made (ReplicaSet).
         self.lease = 0
-        self.index = index.Index(signer=host.registry.sign_get_url, on_hole=self._on_hole)
+        # Store listings only: the plane's index of the journal takes each one
+        # (ReplicaHost.index_changed); reads and ListFragments use the plane's.
+        self.index = index.Index()
         self._fence: fences.JournalFence | None = None
         self.signal = asyncio.Event()
         # What the last invalidation was computed from.
@@ -93,9 +92,6 @@ class Replica:
         # Monotonic time at which the newest applied store listing was started.
         self.listed_at = -1.0
         self._skipped_lookup: asyncio.Task[None] | None = None
-        # Listings asked for by reads of a hole below the write head: where the hole
-        # ends, the back-off before the next such listing, and when it may start.
-        self._hole: tuple[int, float, float] | None = None
 
     def __repr__(self) -> str:
         return f"Replica({self.journal}, primary={self.primary})"
@@ -131,37 +127,9 @@ class Replica:
         """List the journal's stores now rather than at the next refresh interval."""
         self._refresh_now.set()
 
-    def _on_hole(self, hole_end: int) -> bool:
-        """A read found a hole (ending at ``hole_end``) below the write head: list the stores.
-
-        A broker that joined the journal's replicas holds only what was appended
-        since; what came before was persisted by the earlier members, but this
-        index learns of it only from a listing (after ``refresh_interval``, five
-        minutes by default). Gazette waits for that. Here a read of the hole asks
-        for a listing now, and again with back-off (0.5 s, doubling up to the
-        refresh interval) while the same hole stays, as its fragment may still be
-        on its way to the store.
-        """
-        now = self._clock()
-        if self._hole is not None and self._hole[0] == hole_end:
-            _, backoff, not_before = self._hole
-            if now < not_before:
-                return False
-            spec = self.host.lookup_spec(self.journal)
-            ceiling = pb.duration_seconds(spec.fragment.refresh_interval) if spec else 300.0
-            backoff = min(backoff * 2, max(ceiling, HOLE_LISTING_BACKOFF))
-        else:
-            backoff = HOLE_LISTING_BACKOFF
-        self._hole = (hole_end, backoff, now + backoff)
-        self.list_for_hole()
-        return True
-
     def list_for_hole(self) -> None:
-        """A read found a hole below the write head: list the stores now.
-
-        Called by :meth:`_on_hole`, and for reads the native data plane serves
-        (it backs off as :meth:`_on_hole` does, and its index takes the listing).
-        """
+        """A read the data plane serves found a hole below the write head (the plane
+        backs off between such asks): list the stores now; its index takes the listing."""
         self.refresh_now()
         # The hole may be a range the journal skipped for good: ask etcd as well.
         if self._skipped_lookup is None or self._skipped_lookup.done():
